@@ -1,0 +1,72 @@
+"""The ``course`` command: one subcommand per job, each in ``course_lib/commands/<name>.py``.
+
+A command module defines ``HELP`` (one line), ``DESCRIPTION`` (the --help text),
+``add_arguments(parser)`` and ``run(args) -> int`` (the exit code). Modules are imported only
+when their command runs, so ``course --help`` is instant and a broken optional part (say the
+book tooling) cannot stop grading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Order shown in `course --help`: the instructor's pipeline first, then the engine, then docs.
+COMMANDS = {
+    "release": "Generate the student release (labs/) from the solution notebooks (solutions/).",
+    "grade": "Autograde a folder of submissions and write grades, feedback and a report.",
+    "solve": "Run the solution notebooks and fail, naming the cell, if a test cell fails.",
+    "chat": "Chat with SmolLM2 in the terminal through the course's own engine.",
+    "bench": "Run a benchmark (engine, kernel, bpe) and print its table.",
+    "book": "Build the book site (book/_build/html), optionally serving it on localhost.",
+}
+
+
+def _load(name: str):
+    return importlib.import_module(f"course_lib.commands.{name}")
+
+
+def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="course",
+        description="The LLM inference systems workbook: release labs, grade submissions, "
+        "solve the reference notebooks, chat with and benchmark the engine, build the book.",
+        epilog="Run `course COMMAND --help` for the options of one command.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, help_line in COMMANDS.items():
+        if selected is not None and name != selected:
+            sub.add_parser(name, help=help_line)
+            continue
+        module = _load(name)
+        command_parser = sub.add_parser(
+            name,
+            help=help_line,
+            description=getattr(module, "DESCRIPTION", help_line),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        module.add_arguments(command_parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Import only the chosen command's module: the others may pull in heavy libraries.
+    selected = next((a for a in argv if not a.startswith("-")), None)
+    if selected not in COMMANDS:
+        selected = None
+    parser = build_parser(selected)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(_load(args.command).run(args) or 0)
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
