@@ -1,0 +1,152 @@
+"""What the notebooks' test cells call: a student's object checked against the reference.
+
+Every check either returns quietly or raises ``CheckFailed`` whose message says what was
+checked, what was expected, what came back and a hint, because that message is the feedback a
+student reads. A check that can only run on a GPU raises ``NeedsGPU``; the grader reports it as
+"skipped: needs a GPU" instead of a failure.
+
+Lab-specific checks live in ``course_lib.checks.<lab module>`` (e.g. ``lab01``).
+"""
+
+from __future__ import annotations
+
+import math
+import reprlib
+from typing import Any, Callable
+
+__all__ = [
+    "CheckFailed",
+    "NeedsGPU",
+    "check",
+    "expect_equal",
+    "expect_close",
+    "fail",
+    "require_gpu",
+    "require_own_implementation",
+    "short_repr",
+]
+
+_repr = reprlib.Repr()
+_repr.maxstring = 120
+_repr.maxother = 120
+_repr.maxlist = _repr.maxtuple = 12
+_repr.maxdict = 8
+
+
+def short_repr(value: Any) -> str:
+    """A repr that stays readable in feedback (long lists and strings are elided)."""
+    return _repr.repr(value)
+
+
+class CheckFailed(AssertionError):
+    """A student's answer did not match the reference. The message is the feedback."""
+
+
+class NeedsGPU(Exception):
+    """Raised by a check that can only run on a CUDA GPU; graders report it as skipped."""
+
+
+def fail(what: str, *, expected: Any = None, got: Any = None, hint: str | None = None,
+         show_values: bool = True) -> None:
+    """Raise CheckFailed with the house format: what, expected, got, hint."""
+    lines = [what]
+    if show_values:
+        lines.append(f"  expected: {short_repr(expected)}")
+        lines.append(f"  got:      {short_repr(got)}")
+    if hint:
+        lines.append(f"  hint: {hint}")
+    raise CheckFailed("\n".join(lines))
+
+
+def check(condition: bool, what: str, *, hint: str | None = None) -> None:
+    """Raise CheckFailed with ``what`` (and the hint) unless ``condition`` holds."""
+    if not condition:
+        fail(what, hint=hint, show_values=False)
+
+
+def expect_equal(got: Any, expected: Any, what: str, *, hint: str | None = None) -> None:
+    """Fail unless ``got == expected`` (with the values shown)."""
+    try:
+        equal = bool(got == expected)
+    except Exception:  # e.g. comparing a tensor with a list: not equal, say so clearly
+        equal = False
+    if not equal:
+        fail(what, expected=expected, got=got, hint=hint)
+
+
+def expect_close(got: float, expected: float, what: str, *, rel: float = 1e-6, abs_: float = 0.0,
+                 hint: str | None = None) -> None:
+    """Fail unless ``got`` is a number within the given relative/absolute tolerance of ``expected``."""
+    try:
+        ok = math.isclose(float(got), float(expected), rel_tol=rel, abs_tol=abs_)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        fail(f"{what} (tolerance: relative {rel:g}, absolute {abs_:g})", expected=expected, got=got, hint=hint)
+
+
+def require_gpu(what: str = "this check") -> None:
+    """Raise NeedsGPU unless a CUDA device is present."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise NeedsGPU(f"skipped: needs a GPU ({what} runs only on a CUDA device)")
+
+
+def _defined_in_course_lib(obj: Any) -> bool:
+    module = getattr(obj, "__module__", None) or ""
+    return module == "course_lib" or module.startswith("course_lib.")
+
+
+def require_own_implementation(obj: Callable | type, name: str) -> None:
+    """Fail when the student's ``obj`` is (or only wraps) the course's reference implementation.
+
+    Catches ``from course_lib.x import f as my_f`` and one-line wrappers that call a reference
+    function or class from ``course_lib`` (names the answer's code refers to that resolve to a
+    ``course_lib`` object other than the helpers a notebook is allowed to use).
+    """
+    if obj is None:
+        fail(f"{name} is None", hint=f"define {name} in the answer cell above and run that cell.",
+             show_values=False)
+    if _defined_in_course_lib(obj):
+        fail(
+            f"{name} is the course's reference implementation ({obj.__module__}), not your own code.",
+            hint="write the function yourself in the answer cell; re-exporting the reference earns no points.",
+            show_values=False,
+        )
+    functions = [obj] if callable(obj) and not isinstance(obj, type) else [
+        member for member in vars(obj).values() if callable(member)
+    ]
+    allowed = {"CheckFailed", "NeedsGPU"}
+    for function in functions:
+        code = getattr(function, "__code__", None)
+        namespace = getattr(function, "__globals__", {})
+        if code is None:
+            continue
+        for referenced in _names_in_code(code):
+            target = namespace.get(referenced)
+            if referenced in allowed or target is None:
+                continue
+            if _defined_in_course_lib(target) and getattr(target, "__name__", "") in _REFERENCE_NAMES:
+                fail(
+                    f"{name} calls the course's reference {target.__module__}.{target.__name__}.",
+                    hint="write the logic yourself; calling the reference earns no points.",
+                    show_values=False,
+                )
+
+
+def _names_in_code(code) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _names_in_code(const)
+    return names
+
+
+# Reference objects whose use inside an answer means "re-exported the solution". Lab check
+# modules register theirs with ``register_reference_names``.
+_REFERENCE_NAMES: set[str] = set()
+
+
+def register_reference_names(*names: str) -> None:
+    _REFERENCE_NAMES.update(names)

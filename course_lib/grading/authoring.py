@@ -1,0 +1,101 @@
+"""Helpers for writing nbgrader *source* notebooks (solutions/<lab>/<chapter>.ipynb) from Python.
+
+The .ipynb in solutions/ is the source of truth; these helpers only make new cells carry the
+right nbgrader metadata:
+
+- ``markdown(text)``: read-only explanation.
+- ``code(source)``: ordinary code the student runs (imports, plots, worked examples).
+- ``answer(grade_id, source)``: an answer cell; its source holds ``### BEGIN SOLUTION`` /
+  ``### END SOLUTION`` around the reference answer, which the release replaces with a stub.
+- ``tests(grade_id, points, source)``: a locked, graded test cell; a ``### BEGIN HIDDEN TESTS`` /
+  ``### END HIDDEN TESTS`` region in it is removed from the release and from feedback.
+- ``check_yourself(question, answer_text)``: a question whose answer is folded away.
+"""
+
+from __future__ import annotations
+
+from textwrap import dedent
+
+import nbformat
+
+SCHEMA_VERSION = 3
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+
+
+def _clean(source: str) -> str:
+    return dedent(source).strip("\n")
+
+
+def _meta(grade_id: str | None = None, *, grade=False, solution=False, locked=False, points=None,
+          task=False) -> dict:
+    meta = {"grade": grade, "locked": locked, "schema_version": SCHEMA_VERSION, "solution": solution,
+            "task": task}
+    if grade_id is not None:
+        meta["grade_id"] = grade_id
+    if points is not None:
+        meta["points"] = points
+    return {"nbgrader": meta}
+
+
+def markdown(text: str, grade_id: str | None = None):
+    """A read-only markdown cell (locked when it has a grade_id)."""
+    cell = nbformat.v4.new_markdown_cell(_clean(text))
+    if grade_id:
+        cell.metadata.update(_meta(grade_id, locked=True))
+    return cell
+
+
+def code(source: str, grade_id: str | None = None):
+    """An ordinary code cell (locked when it has a grade_id)."""
+    cell = nbformat.v4.new_code_cell(_clean(source))
+    if grade_id:
+        cell.metadata.update(_meta(grade_id, locked=True))
+    return cell
+
+
+def answer(grade_id: str, source: str):
+    """An autograded answer cell; ``source`` must contain the BEGIN/END SOLUTION markers."""
+    text = _clean(source)
+    if "### BEGIN SOLUTION" not in text or "### END SOLUTION" not in text:
+        raise ValueError(f"answer cell {grade_id!r} needs ### BEGIN SOLUTION / ### END SOLUTION markers")
+    cell = nbformat.v4.new_code_cell(text)
+    cell.metadata.update(_meta(grade_id, solution=True))
+    return cell
+
+
+def tests(grade_id: str, points: float, source: str):
+    """A locked, graded test cell worth ``points``."""
+    if points <= 0:
+        raise ValueError(f"test cell {grade_id!r}: points must be > 0, got {points}")
+    cell = nbformat.v4.new_code_cell(_clean(source))
+    cell.metadata.update(_meta(grade_id, grade=True, locked=True, points=points))
+    return cell
+
+
+def check_yourself(question: str, answer_text: str):
+    """A "check yourself" question whose answer stays folded until the student opens it."""
+    body = (
+        f"**Check yourself.** {_clean(question)}\n\n"
+        f"<details><summary>Show the answer</summary>\n\n{_clean(answer_text)}\n\n</details>"
+    )
+    return nbformat.v4.new_markdown_cell(body)
+
+
+def notebook(cells, *, title: str | None = None):
+    """A v4 notebook with the course's kernelspec."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
+    nb.metadata["language_info"] = {"name": "python"}
+    if title:
+        nb.metadata["title"] = title
+    nb.cells = list(cells)
+    return nb
+
+
+def total_points(nb) -> float:
+    """Sum of the points of a notebook's graded cells (what the header should announce)."""
+    return sum(
+        float(cell.metadata.get("nbgrader", {}).get("points", 0))
+        for cell in nb.cells
+        if cell.metadata.get("nbgrader", {}).get("grade")
+    )
