@@ -1,0 +1,3 @@
+"""placeholder"""
+def sync_demo_submissions(root, labs, check):
+    return []
