@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -41,21 +40,26 @@ def add_arguments(parser) -> None:
                         help="where grades.csv, report.json and feedback/ go (default: ./grading)")
     parser.add_argument("--timeout", type=int, default=120, metavar="SECONDS",
                         help="time limit per notebook cell in seconds (default: 120)")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="grade N submissions at once, each in its own workspace (default: 1)")
     parser.add_argument("--solutions", type=Path, help="nbgrader source folder (default: <repo>/solutions)")
     parser.add_argument("--workspace", type=Path,
                         help="grading workspace to use and keep (default: a temporary folder, removed afterwards)")
 
 
 def run(args) -> int:
+    import tempfile
+
     from tqdm import tqdm
 
     from course_lib.grading.autograde import grade
     from course_lib.grading.layout import GradingError, find_repo_root, gpu_available, list_labs
     from course_lib.grading.report import one_line_summary, score_table, write_outputs
 
-    if args.timeout < 1:
-        print("course grade: --timeout must be at least 1 second", file=sys.stderr)
-        return 2
+    for name, value in (("--timeout", args.timeout), ("--jobs", args.jobs)):
+        if value < 1:
+            print(f"course grade: {name} must be at least 1, got {value}", file=sys.stderr)
+            return 2
     try:
         solutions_dir = (args.solutions or find_repo_root() / "solutions").resolve()
         known_labs = list_labs(solutions_dir)
@@ -63,26 +67,23 @@ def run(args) -> int:
             raise GradingError(f"unknown lab {args.lab!r}; labs in {solutions_dir}: {', '.join(known_labs) or 'none'}")
         device = "GPU" if gpu_available() else "CPU (GPU-only checks are skipped; Triton runs interpreted)"
         print(f"Grading {args.submissions} on the {device}; per-cell limit {args.timeout} s", file=sys.stderr)
-        bar = tqdm(desc="grading", unit="submission", file=sys.stderr, disable=None)
+        with tempfile.TemporaryDirectory(prefix="course-grading-") as scratch, \
+                tqdm(desc="grading", unit="submission", file=sys.stderr, disable=None) as bar:
+            def on_progress(submission, result):
+                if result is None:
+                    bar.set_postfix_str(f"{submission.student}/{submission.lab}")
+                else:
+                    bar.update(1)
 
-        def on_progress(submission, result):
-            if result is None:
-                bar.set_postfix_str(f"{submission.student}/{submission.lab}")
-            else:
-                bar.update(1)
-
-        results, problems, workspace = grade(
-            args.submissions.resolve(), args.out.resolve(), solutions_dir=solutions_dir,
-            known_labs=known_labs, only_lab=args.lab, timeout=args.timeout,
-            workspace_dir=args.workspace, on_progress=on_progress)
-        bar.close()
+            results, problems, _ = grade(
+                args.submissions.resolve(), args.out.resolve(), solutions_dir=solutions_dir,
+                known_labs=known_labs, only_lab=args.lab, timeout=args.timeout,
+                workspace_dir=(args.workspace or Path(scratch)).resolve(), jobs=args.jobs,
+                on_progress=on_progress)
         grades_path, report_path = write_outputs(args.out, results, problems, device=device, timeout=args.timeout)
     except GradingError as error:
         print(f"course grade: {error}", file=sys.stderr)
         return 1
-    finally:
-        if "workspace" in locals() and args.workspace is None:
-            shutil.rmtree(workspace.root, ignore_errors=True)
 
     print(score_table(results))
     if results:

@@ -11,6 +11,7 @@ tests scrubbed out.
 from __future__ import annotations
 
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -180,28 +181,55 @@ class Grader:
 
 
 def grade(submissions_dir: Path, out_dir: Path, *, solutions_dir: Path, known_labs: list[str],
-          only_lab: str | None = None, timeout: int = 120, workspace_dir: Path | None = None,
+          only_lab: str | None = None, timeout: int = 120, workspace_dir: Path | None = None, jobs: int = 1,
           on_progress: Callable[[Submission, LabResult | None], None] | None = None
-          ) -> tuple[list[LabResult], list[str], Workspace]:
-    """Grade every submission; returns the results, the folders that were not graded, and the workspace."""
+          ) -> tuple[list[LabResult], list[str], list[Workspace]]:
+    """Grade every submission; returns the results (in discovery order), the folders that were not
+    graded, and the workspaces used.
+
+    ``jobs`` > 1 grades that many submissions at once, each worker in a workspace (and gradebook)
+    of its own, so their nbgrader processes never contend for one database.
+    """
+    if jobs < 1:
+        raise GradingError(f"jobs must be at least 1, got {jobs}")
     discovery = discover_submissions(submissions_dir, known_labs, only_lab)
-    workspace = Workspace.create(workspace_dir, timeout=timeout)
     out_dir.mkdir(parents=True, exist_ok=True)
-    grader = Grader(solutions_dir, out_dir, workspace)
-    results = []
-    for submission in discovery.submissions:
-        if on_progress:
-            on_progress(submission, None)
-        try:
-            result = grader.grade_one(submission)
-        except GradingError:
-            raise  # the lab itself is broken (generate_assignment failed): no grade would be fair
-        except Exception as error:  # anything else is this submission's problem, not the batch's
-            result = LabResult(submission.student, submission.lab,
-                               problems=[f"grading crashed: {type(error).__name__}: {error}"])
-            for name, source in grader.source_notebooks(submission.lab).items():
-                result.notebooks.append(missing_notebook(name, source, "grading failed", result.problems[0]))
-        results.append(result)
-        if on_progress:
-            on_progress(submission, result)
-    return results, discovery.problems, workspace
+    jobs = max(1, min(jobs, len(discovery.submissions)))
+    workspaces = [
+        Workspace.create(None if workspace_dir is None else workspace_dir / f"worker-{index}", timeout=timeout)
+        for index in range(jobs)
+    ]
+    shares = [discovery.submissions[index::jobs] for index in range(jobs)]
+    results: dict[int, LabResult] = {}
+    position = {id(submission): index for index, submission in enumerate(discovery.submissions)}
+
+    def work(workspace: Workspace, share: list[Submission]) -> None:
+        grader = Grader(solutions_dir, out_dir, workspace)
+        for submission in share:
+            if on_progress:
+                on_progress(submission, None)
+            result = _grade_safely(grader, submission)
+            results[position[id(submission)]] = result
+            if on_progress:
+                on_progress(submission, result)
+
+    if jobs == 1:
+        work(workspaces[0], shares[0])
+    else:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            for future in [pool.submit(work, ws, share) for ws, share in zip(workspaces, shares)]:
+                future.result()  # re-raise a GradingError (a broken lab) from any worker
+    return [results[index] for index in sorted(results)], discovery.problems, workspaces
+
+
+def _grade_safely(grader: Grader, submission: Submission) -> LabResult:
+    try:
+        return grader.grade_one(submission)
+    except GradingError:
+        raise  # the lab itself is broken (generate_assignment failed): no grade would be fair
+    except Exception as error:  # anything else is this submission's problem, not the batch's
+        result = LabResult(submission.student, submission.lab,
+                           problems=[f"grading crashed: {type(error).__name__}: {error}"])
+        for name, source in grader.source_notebooks(submission.lab).items():
+            result.notebooks.append(missing_notebook(name, source, "grading failed", result.problems[0]))
+        return result

@@ -1,3 +1,121 @@
-"""placeholder"""
-def sync_demo_submissions(root, labs, check):
-    return []
+"""The bundled demo submissions that ``make demo`` grades.
+
+Each demo student is a small spec, ``autograde/demo/<lab>/<student>.py``, whose file name names
+the bug it carries (``buggy-merge-order.py``)::
+
+    DESCRIPTION = "what the bug is and which exercises it should cost"
+    BASE = "solution"                 # answer cells start from the reference answers...
+    ANSWERS = {"encode": "def encode(...): ..."}   # ...except these (keyed by answer grade_id)
+    EXPECTED = {"01_tokenization": 18}             # points it must score (asserted by the tests)
+
+``BASE = "release"`` starts from the untouched release stubs. A ``blank`` student (the release as
+handed out) is always added. ``course release`` writes the submissions to
+``autograde/demo_submissions/<student>/<lab>/<notebook>.ipynb`` from the release it just built,
+and ``course release --check`` fails when they are stale.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import runpy
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from course_lib.grading.notebooks import comparable_cells, nbgrader_meta
+from course_lib.grading.release import Difference
+
+DEMO_SPECS = Path("autograde") / "demo"
+DEMO_SUBMISSIONS = Path("autograde") / "demo_submissions"
+SOLUTION_REGION = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[^\n]*\n?", re.MULTILINE)
+
+
+@dataclass
+class DemoStudent:
+    name: str
+    description: str
+    base: str = "solution"
+    answers: dict[str, str] = field(default_factory=dict)
+    expected: dict[str, float] = field(default_factory=dict)
+
+
+def load_demo_students(specs_dir: Path) -> list[DemoStudent]:
+    """The demo students of one lab (from its spec files), plus ``blank``."""
+    students = []
+    for spec_path in sorted(specs_dir.glob("*.py")) if specs_dir.is_dir() else []:
+        spec = runpy.run_path(str(spec_path))
+        base = spec.get("BASE", "solution")
+        if base not in ("solution", "release"):
+            raise ValueError(f"{spec_path}: BASE must be 'solution' or 'release', got {base!r}")
+        students.append(DemoStudent(spec_path.stem, spec.get("DESCRIPTION", ""), base,
+                                    dict(spec.get("ANSWERS", {})), dict(spec.get("EXPECTED", {}))))
+    if not any(student.name == "blank" for student in students):
+        students.append(DemoStudent("blank", "the release as handed out: every answer still a stub", "release"))
+    return students
+
+
+def solution_answer(source: str) -> str:
+    """The reference answer in a solution cell: the code between the SOLUTION markers, markers removed."""
+    return SOLUTION_REGION.sub("", source).rstrip("\n")
+
+
+def build_submission(release_nb, solution_nb, student: DemoStudent, notebook_name: str):
+    """The release notebook with its answer cells filled in as the demo student would have."""
+    submission = copy.deepcopy(release_nb)
+    solutions = {nbgrader_meta(c).get("grade_id"): c.source for c in solution_nb.cells if nbgrader_meta(c).get("solution")}
+    for cell in submission.cells:
+        meta = nbgrader_meta(cell)
+        if not meta.get("solution") or meta.get("grade"):
+            continue
+        grade_id = meta.get("grade_id")
+        replacement = student.answers.get(f"{notebook_name}/{grade_id}", student.answers.get(grade_id))
+        if replacement is not None:
+            cell.source = replacement.strip("\n")
+        elif student.base == "solution" and grade_id in solutions:
+            cell.source = solution_answer(solutions[grade_id])
+    return submission
+
+
+def unknown_answer_ids(student: DemoStudent, answer_ids: set[str]) -> list[str]:
+    return sorted(key for key in student.answers if key.split("/")[-1] not in answer_ids)
+
+
+def sync_demo_submissions(root: Path, labs: list[str], *, check: bool) -> list[Difference]:
+    """Write (or, with check=True, compare) every lab's demo submissions; returns the differences."""
+    differences: list[Difference] = []
+    for lab in labs:
+        students = load_demo_students(root / DEMO_SPECS / lab)
+        release_dir, solutions_dir = root / "labs" / lab, root / "solutions" / lab
+        notebooks = sorted(p.stem for p in solutions_dir.glob("*.ipynb"))
+        answer_ids = {
+            nbgrader_meta(cell).get("grade_id")
+            for name in notebooks
+            for cell in nbformat.read(solutions_dir / f"{name}.ipynb", as_version=4).cells
+            if nbgrader_meta(cell).get("solution")
+        }
+        for student in students:
+            for key in unknown_answer_ids(student, answer_ids):
+                differences.append(Difference(str(DEMO_SPECS / lab / f"{student.name}.py"), "ANSWERS",
+                                              f"{key!r} is not an answer cell of {lab}"))
+            target_dir = root / DEMO_SUBMISSIONS / student.name / lab
+            if not check:
+                shutil.rmtree(target_dir, ignore_errors=True)
+                target_dir.mkdir(parents=True)
+            for name in notebooks:
+                release_path = release_dir / f"{name}.ipynb"
+                if not release_path.is_file():
+                    continue  # the release check reports the missing notebook
+                built = build_submission(nbformat.read(release_path, as_version=4),
+                                         nbformat.read(solutions_dir / f"{name}.ipynb", as_version=4), student, name)
+                target = target_dir / f"{name}.ipynb"
+                shown = str(target.relative_to(root))
+                if not check:
+                    nbformat.write(built, target)
+                elif not target.is_file():
+                    differences.append(Difference(shown, "file", "missing demo submission"))
+                elif comparable_cells(nbformat.read(target, as_version=4)) != comparable_cells(built):
+                    differences.append(Difference(shown, "cells", "stale: differs from release + spec"))
+    return differences

