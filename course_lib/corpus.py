@@ -7,8 +7,9 @@ Two corpora, both deterministic (same text, same order, on every machine with th
   samples and markup). Needs ``apt-get install python3.11-doc``.
 - ``"stdlib-docstrings"``: the docstrings of the modules, classes and functions of the Python
   standard library that runs this code, read from its source files with ``ast`` (nothing is
-  imported). Always available; about 2.5 MB on Python 3.11. Notebooks that must run anywhere
-  use this one.
+  imported), 734 files in sorted order. Always available; about 1.8 MB on Python 3.11. Parsing
+  everything takes a few seconds; a ``max_bytes`` prefix parses only the files it needs. Notebooks
+  that must run anywhere use this one.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def load_corpus(name: str, max_bytes: int | None = None) -> str:
         raise ValueError(f"name must be one of {CORPUS_NAMES}, got {name!r}")
     if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0):
         raise ValueError(f"max_bytes must be None or an int >= 0, got {max_bytes!r}")
-    text = _python_docs() if name == "python-docs" else _stdlib_docstrings()
+    text = _python_docs() if name == "python-docs" else _stdlib_docstrings(max_bytes)
     if max_bytes is None:
         return text
     return text.encode("utf-8")[:max_bytes].decode("utf-8", errors="ignore")
@@ -60,14 +61,20 @@ def _python_docs() -> str:
     return DOCUMENT_SEPARATOR.join(path.read_text(encoding="utf-8") for path in files)
 
 
-@lru_cache(maxsize=1)
-def _stdlib_docstrings() -> str:
+@lru_cache(maxsize=8)
+def _stdlib_docstrings(max_bytes: int | None) -> str:
+    """All docstrings, or (faster) only the first ones that make at least ``max_bytes`` bytes."""
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     docstrings: list[str] = []
+    num_bytes = 0
     for path in sorted(stdlib.rglob("*.py")):
         if _SKIPPED_STDLIB_PARTS.intersection(path.relative_to(stdlib).parts):
             continue
-        docstrings.extend(_docstrings_of(path))
+        for docstring in _docstrings_of(path):
+            docstrings.append(docstring)
+            num_bytes += len(docstring.encode("utf-8")) + len(DOCUMENT_SEPARATOR)
+        if max_bytes is not None and num_bytes >= max_bytes:
+            break
     return DOCUMENT_SEPARATOR.join(docstrings)
 
 
