@@ -263,7 +263,8 @@ def test_store_kv_matches_reference(dtype):
     kept = slots >= 0
     stored_k = caches[0][slots[kept] // block_size, slots[kept] % block_size]
     assert torch.equal(stored_k, k[kept])
-    assert int(caches[0].isnan().sum()) == (num_blocks * block_size - int(kept.sum())) * num_kv_heads * head_dim
+    untouched_slots = num_blocks * block_size - int(kept.sum())
+    assert int(caches[0].isnan().sum()) == untouched_slots * num_kv_heads * head_dim
 
 
 def test_store_then_attend_equals_attention_over_logical_kv():
@@ -294,7 +295,9 @@ def _valid_attention_args():
     keys, values = random_logical_kv([5, 9], 2, 16, torch.float32)
     k_cache, v_cache, block_tables, seq_lens = build_paged_pool(keys, values, block_size=4)
     q = random_query(2, 4, 16, torch.float32)
-    return dict(q=q, k_cache=k_cache, v_cache=v_cache, block_tables=block_tables, seq_lens=seq_lens, scale=0.25)
+    return dict(
+        q=q, k_cache=k_cache, v_cache=v_cache, block_tables=block_tables, seq_lens=seq_lens, scale=0.25
+    )
 
 
 ATTENTION_ERRORS = [
@@ -406,11 +409,20 @@ def _load_benchmark():
 
 
 def test_benchmark_dry_run(tmp_path, capsys):
+    """The benchmark end to end at toy sizes (it asserts the kernel against the reference itself).
+
+    At context 20, SmolLM2's shape needs 0.07 MiB at batch 1 and 0.14 MiB at batch 2: a budget of
+    0.1 MiB gives one measured row and one skipped.
+    """
     report = tmp_path / "report.md"
-    assert _load_benchmark().main(["--dry-run", "--out", str(report)]) == 0
+    argv = ["--dry-run", "--shapes", "smollm2", "--batches", "1", "2", "--contexts", "20"]
+    argv += ["--memory-budget-gib", str(0.1 / 1024), "--out", str(report)]
+    assert _load_benchmark().main(argv) == 0
     text = report.read_text()
-    assert "dry run" in text.lower() and "meaningless" in text.lower()
-    assert "skipped" in text.lower()  # the memory-limit path is exercised too
+    assert "DRY RUN" in text and "meaningless" in text
+    table_rows = [line for line in text.splitlines() if line.startswith("| SmolLM2")]
+    assert len(table_rows) == 2
+    assert "skipped" not in table_rows[0] and "skipped" in table_rows[1]
     assert "gather+SDPA" in capsys.readouterr().out
 
 
@@ -424,7 +436,7 @@ def test_benchmark_dry_run(tmp_path, capsys):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("heads, head_dim", [((32, 8), 128), ((9, 3), 64)])
 @pytest.mark.parametrize("num_splits", [None, 1, 7])
-def test_gpu_larger_shapes(dtype, heads, head_dim, num_splits):
+def test_gpu_larger_shapes(dtype, heads, head_dim, num_splits, poisoned_scratch):
     num_q_heads, num_kv_heads = heads
     seq_lens = [1, 16, 17, 255, 1000, 3001, 4096, 77]
     keys, values = random_logical_kv(seq_lens, num_kv_heads, head_dim, dtype, device="cuda")
@@ -447,7 +459,8 @@ def test_gpu_pool_larger_than_2_to_the_31_elements():
     v_cache = torch.zeros(shape, dtype=torch.float16, device="cuda")
     seq_len = 40
     keys, values = random_logical_kv([seq_len], num_kv_heads, head_dim, torch.float16, device="cuda")
-    block_table = torch.tensor([[num_blocks - 1, num_blocks - 3, num_blocks - 2]], dtype=torch.int32, device="cuda")
+    last_blocks = [num_blocks - 1, num_blocks - 3, num_blocks - 2]  # offsets beyond 2**31 elements
+    block_table = torch.tensor([last_blocks], dtype=torch.int32, device="cuda")
     positions = torch.arange(seq_len, device="cuda")
     slots = block_table[0, positions // block_size].long() * block_size + positions % block_size
     store_kv(keys[0], values[0], k_cache, v_cache, slots)

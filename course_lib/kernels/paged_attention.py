@@ -19,8 +19,8 @@ How ``paged_decode_attention`` works
 query heads share one KV head: SmolLM2 has 9 query heads and 3 KV heads, so query heads 0-2 read KV
 head 0, heads 3-5 read KV head 1, and so on (query head ``h`` reads KV head ``h // group_size``).
 A program owns one KV head and serves *every query head of its group*, so each K/V tile it loads is
-used ``group_size`` times from registers instead of being fetched ``group_size`` times from memory.
-A grid of one program per query head would read the cache ``group_size`` times over.
+used ``group_size`` times from registers. A grid of one program per query head would fetch every
+K/V tile ``group_size`` times (from the L2 cache at best, from DRAM at worst).
 
 **What one program reads.** The group's query vectors, ``[group_size, head_dim]``, once. Then it
 walks its range of the sequence in *tiles* of ``TILE`` consecutive token positions. For each tile
@@ -47,7 +47,8 @@ log2(e)`` so the kernel can use ``exp2``, the instruction the hardware has
 **Split-KV, and when it helps.** A GPU has a fixed number of streaming multiprocessors (SMs):
 132 on an H100. With batch 1 and 8 KV heads the grid above has 8 programs; 124 SMs would sit
 idle while 8 of them stream a long cache one tile after another. Split-KV cuts each sequence into
-``num_splits`` contiguous ranges of tiles and gives each range its own program. Each writes its
+``num_splits`` contiguous ranges of tiles (of whole blocks, when the block size divides the tile)
+and gives each range its own program. Each writes its
 partial result (its ``m``, ``l`` and unnormalized ``acc``, per query head) to a scratch buffer and
 a second small kernel merges them exactly: with ``M = max_s m_s`` and ``w_s = exp(m_s - M)``,
 ``out = sum_s w_s * acc_s / sum_s w_s * l_s``. Splitting costs that extra write and merge, so it
@@ -632,8 +633,10 @@ def _store_kv_kernel(
         v_src = v_ptr + token * stride_v_token + heads[:, None] * stride_v_head + dims[None, :]
         k_dst = k_cache_ptr + block_id * stride_kc_block + offset * stride_kc_token
         v_dst = v_cache_ptr + block_id * stride_vc_block + offset * stride_vc_token
-        tl.store(k_dst + heads[:, None] * stride_kc_head + dims[None, :], tl.load(k_src, mask=mask), mask=mask)
-        tl.store(v_dst + heads[:, None] * stride_vc_head + dims[None, :], tl.load(v_src, mask=mask), mask=mask)
+        k_dst = k_dst + heads[:, None] * stride_kc_head + dims[None, :]
+        v_dst = v_dst + heads[:, None] * stride_vc_head + dims[None, :]
+        tl.store(k_dst, tl.load(k_src, mask=mask), mask=mask)
+        tl.store(v_dst, tl.load(v_src, mask=mask), mask=mask)
 
 
 # --------------------------------------------------------------------------------------------
@@ -671,7 +674,8 @@ def paged_decode_attention(
     """
     _check_attention_inputs(q, k_cache, v_cache, block_tables, seq_lens, scale, num_splits)
     _check_kernel_device(q.device)
-    for name, tensor in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("block_tables", block_tables)):
+    named = (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("block_tables", block_tables))
+    for name, tensor in named:
         _require_last_dim_contiguous(name, tensor)
     seq_lens = seq_lens.contiguous()
 
