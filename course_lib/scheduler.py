@@ -1,0 +1,433 @@
+"""Continuous batching: which requests run in the next step, and how many of their tokens.
+
+Every request is a list of tokens (prompt, then the tokens generated so far) of which the first
+``num_computed_tokens`` already have their keys and values in the KV cache. One engine step runs
+some tokens of some requests; a request whose run reaches its last token gets one new token sampled.
+A *decode* is the case where exactly one token is left to run (the one sampled last step); a
+*prefill* runs many. Both are the same thing to the scheduler: "run the next n tokens".
+
+Each ``schedule()`` spends a token budget (``max_num_batched_tokens``):
+
+1. running requests with one token left (decodes) first, one token each; a decode whose sequence
+   needs a new block and finds none preempts the newest running request (its blocks are freed and
+   it goes back to the front of the waiting queue; its generated tokens are kept and recomputed
+   later, "preemption by recompute");
+2. then the rest of running requests' prompts (chunked prefill in progress);
+3. then waiting requests, oldest first (or by priority), admitted only while ``max_num_seqs`` and
+   the allocator's ``can_allocate`` allow; a prompt longer than the remaining budget is split
+   into chunks over several steps (chunked prefill).
+
+``update(output, sampled_token_ids)`` is the bookkeeping after the model ran: advance
+``num_computed_tokens``, append the sampled tokens, finish requests that hit a stop condition,
+and free their blocks.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+import itertools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from course_lib.metrics import RequestMetrics
+from course_lib.paged import AllocatorProtocol
+
+__all__ = [
+    "Request",
+    "RequestStatus",
+    "ScheduledChunk",
+    "Scheduler",
+    "SchedulerConfig",
+    "SchedulerOutput",
+    "SchedulerProtocol",
+]
+
+
+class RequestStatus(enum.Enum):
+    """Where a request is in its life. Finished states say why it finished."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED_STOPPED = "finished_stopped"  # eos, a stop token or a stop string
+    FINISHED_LENGTH = "finished_length"  # max_tokens or the model's context length
+    FINISHED_ABORTED = "finished_aborted"  # cancelled by the user
+
+    @property
+    def is_finished(self) -> bool:
+        return self in _FINISHED
+
+    @property
+    def finish_reason(self) -> str | None:
+        """The reason the engine reports: "stop", "length" or "abort"; None while unfinished."""
+        return _FINISH_REASON.get(self)
+
+
+_FINISHED = {RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH, RequestStatus.FINISHED_ABORTED}
+_FINISH_REASON = {
+    RequestStatus.FINISHED_STOPPED: "stop",
+    RequestStatus.FINISHED_LENGTH: "length",
+    RequestStatus.FINISHED_ABORTED: "abort",
+}
+# The state machine: every other move is a bug in the scheduler and raises.
+_LEGAL_TRANSITIONS = {
+    RequestStatus.WAITING: {RequestStatus.RUNNING, RequestStatus.FINISHED_ABORTED},
+    RequestStatus.RUNNING: {RequestStatus.PREEMPTED} | _FINISHED,
+    RequestStatus.PREEMPTED: {RequestStatus.RUNNING, RequestStatus.FINISHED_ABORTED},
+}
+
+@dataclass(eq=False)
+class Request:
+    """One generation request as the scheduler and engine see it.
+
+    prompt_token_ids: the prompt. params: its SamplingParams (max_tokens, stop_token_ids,
+    ignore_eos are read here). eos_token_id: the model's end-of-sequence id (None: never stops on eos).
+    token_ids: prompt followed by the generated tokens. num_computed_tokens: leading tokens whose
+    KV is in the cache. priority: lower runs first under the "priority" policy.
+    arrival_order: the scheduler numbers requests as they are added (first come, first served).
+    """
+
+    request_id: Any
+    prompt_token_ids: list[int]
+    params: Any
+    eos_token_id: int | None = None
+    priority: int = 0
+    arrival_time: float = field(default_factory=time.perf_counter)
+    status: RequestStatus = RequestStatus.WAITING
+    num_computed_tokens: int = 0
+    num_cached_tokens: int = 0
+    num_preemptions: int = 0
+    arrival_order: int = 0
+    token_ids: list[int] = field(init=False)
+    metrics: RequestMetrics = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.prompt_token_ids = list(self.prompt_token_ids)
+        self.token_ids = list(self.prompt_token_ids)
+        self.metrics = RequestMetrics(arrival_time=self.arrival_time, num_prompt_tokens=len(self.prompt_token_ids))
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus generated tokens."""
+        return len(self.token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - len(self.prompt_token_ids)
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        """The generated tokens (a copy)."""
+        return self.token_ids[len(self.prompt_token_ids) :]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status.is_finished
+
+    def set_status(self, new_status: RequestStatus) -> None:
+        """Move along the state machine; an illegal move (say FINISHED -> RUNNING) raises."""
+        if new_status not in _LEGAL_TRANSITIONS.get(self.status, set()):
+            raise ValueError(f"request {self.request_id!r}: illegal transition {self.status.name} -> {new_status.name}")
+        self.status = new_status
+
+    def stop_status(self, max_model_len: int) -> RequestStatus | None:
+        """The finished state the last generated token puts the request in, or None to go on.
+
+        Token-level stops only: eos (unless params.ignore_eos), params.stop_token_ids,
+        params.max_tokens, and the context length. Stop *strings* need text; the engine checks them.
+        """
+        last = self.token_ids[-1]
+        if last == self.eos_token_id and not self.params.ignore_eos:
+            return RequestStatus.FINISHED_STOPPED
+        if last in self.params.stop_token_ids:
+            return RequestStatus.FINISHED_STOPPED
+        if self.num_output_tokens >= self.params.max_tokens or self.num_tokens >= max_model_len:
+            return RequestStatus.FINISHED_LENGTH
+        return None
+
+
+@dataclass(frozen=True)
+class ScheduledChunk:
+    """Tokens ``request.token_ids[start : start + num_tokens]`` run in this step.
+
+    samples: True when the chunk reaches the request's last token, so the step samples a new token
+    for it (always for a decode; for a prefill only its last chunk).
+    """
+
+    request: Request
+    start: int
+    num_tokens: int
+    samples: bool
+
+
+@dataclass
+class SchedulerOutput:
+    """One step's plan: the chunks to run (decodes first), in the order the batch lays them out.
+
+    preempted: requests preempted while planning this step. blocks_to_copy: (src, dst) block copies
+    the engine must do before the forward (copy-on-write). num_cached_tokens: prefix-cache hits of
+    the requests admitted in this step.
+    """
+
+    chunks: list[ScheduledChunk] = field(default_factory=list)
+    preempted: list[Request] = field(default_factory=list)
+    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
+    num_cached_tokens: int = 0
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return sum(chunk.num_tokens for chunk in self.chunks)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.chunks
+
+
+@runtime_checkable
+class SchedulerProtocol(Protocol):
+    """What ``LLMEngine`` calls on a scheduler, once per step: ``schedule``, run the model, ``update``."""
+
+    def add(self, request: Request) -> None:
+        """Queue a new request (status WAITING)."""
+        ...
+
+    def schedule(self) -> SchedulerOutput:
+        """Plan the next step: which tokens of which requests run (blocks already reserved)."""
+        ...
+
+    def update(self, output: SchedulerOutput, sampled_token_ids: Sequence[int]) -> list[Request]:
+        """After the forward: ``sampled_token_ids`` has one id per chunk with ``samples`` True, in order.
+
+        Advance num_computed_tokens, append the tokens, finish requests that stop (freeing
+        their blocks). Returns the requests that finished in this step.
+        """
+        ...
+
+    def finish_request(self, request_id: Any, status: RequestStatus) -> Request | None:
+        """Finish a waiting or running request from outside (abort, a stop string); free its blocks.
+
+        Returns the request, or None if no unfinished request has that id.
+        """
+        ...
+
+    def has_unfinished(self) -> bool:
+        """True while any request waits or runs."""
+        ...
+
+
+_POLICIES = ("fcfs", "priority")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Limits of one step and the admission policy.
+
+    max_num_seqs: requests running at once (holding KV blocks).
+    max_num_batched_tokens: tokens run in one step, all requests together (the token budget);
+    must be >= max_num_seqs so every running decode fits in every step.
+    enable_chunked_prefill: split prompts longer than the remaining budget over several steps;
+    without it a prompt runs whole, so it must fit the budget.
+    policy: "fcfs" (first come, first served) or "priority" (lower ``Request.priority`` first,
+    then arrival order; preemption then picks the lowest priority running request).
+    max_model_len: the context length; a request stops ("length") when it reaches it.
+    """
+
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 1024
+    enable_chunked_prefill: bool = True
+    policy: str = "fcfs"
+    max_model_len: int = 8192
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
+                f"({self.max_num_seqs}) so every running request can decode in every step"
+            )
+        if self.policy not in _POLICIES:
+            raise ValueError(f"policy must be one of {_POLICIES}, got {self.policy!r}")
+        if not isinstance(self.enable_chunked_prefill, bool):
+            raise TypeError(f"enable_chunked_prefill must be a bool, got {self.enable_chunked_prefill!r}")
+
+
+class Scheduler:
+    """Continuous batching with a token budget, chunked prefill and preemption by recompute.
+
+    The waiting and running lists are both kept sorted by ``_order_key`` (arrival order, or
+    priority then arrival), so "admit next" is the front of ``waiting`` and "preempt" is the back
+    of ``running``: under FCFS the newest running request is the one that gives its blocks back.
+    """
+
+    def __init__(self, config: SchedulerConfig, allocator: AllocatorProtocol) -> None:
+        if not isinstance(config, SchedulerConfig):
+            raise TypeError(f"config must be a SchedulerConfig, got {type(config).__name__}")
+        self.config = config
+        self.allocator = allocator
+        self.waiting: list[Request] = []
+        self.running: list[Request] = []
+        self._requests: dict[Any, Request] = {}
+        self._arrivals = itertools.count()
+        self.num_preemptions = 0
+
+    def _order_key(self, request: Request) -> tuple[int, ...]:
+        if self.config.policy == "priority":
+            return (request.priority, request.arrival_order)
+        return (request.arrival_order,)
+
+    # ----- the protocol ----------------------------------------------------------------------
+
+    def add(self, request: Request) -> None:
+        """Queue a request; raises ValueError if it could never run under this config and pool."""
+        if request.request_id in self._requests:
+            raise ValueError(f"request_id {request.request_id!r} is already queued or running")
+        if request.status is not RequestStatus.WAITING or request.num_computed_tokens:
+            raise ValueError(f"request {request.request_id!r} must be new (WAITING, nothing computed)")
+        if request.num_tokens < 1:
+            raise ValueError(f"request {request.request_id!r} has an empty prompt")
+        if request.num_tokens >= self.config.max_model_len:
+            raise ValueError(
+                f"request {request.request_id!r}: prompt of {request.num_tokens} tokens leaves no room to generate "
+                f"within max_model_len {self.config.max_model_len}"
+            )
+        if not self.config.enable_chunked_prefill and request.num_tokens > self.config.max_num_batched_tokens:
+            raise ValueError(
+                f"request {request.request_id!r}: prompt of {request.num_tokens} tokens exceeds "
+                f"max_num_batched_tokens ({self.config.max_num_batched_tokens}); enable chunked prefill or raise the budget"
+            )
+        longest = min(request.num_tokens + request.params.max_tokens, self.config.max_model_len)
+        if self.allocator.blocks_needed(longest) > self.allocator.num_blocks:
+            raise ValueError(
+                f"request {request.request_id!r} may grow to {longest} tokens = "
+                f"{self.allocator.blocks_needed(longest)} blocks, more than the whole pool ({self.allocator.num_blocks})"
+            )
+        request.arrival_order = next(self._arrivals)
+        self._requests[request.request_id] = request
+        bisect.insort(self.waiting, request, key=self._order_key)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> SchedulerOutput:
+        """Plan one step: decodes, then running prefills, then new admissions, within the budget."""
+        output = SchedulerOutput()
+        budget = self.config.max_num_batched_tokens
+
+        # 1. Decodes (one token left). Iterate by index: preemption removes from the back.
+        index = 0
+        while index < len(self.running):
+            request = self.running[index]
+            if request.num_tokens - request.num_computed_tokens == 1:
+                if not self._reserve_decode_slot(request, output):
+                    break  # the request preempted itself: everything after it is gone too
+                output.chunks.append(ScheduledChunk(request, request.num_computed_tokens, 1, True))
+                budget -= 1
+            index += 1
+
+        # 2. Prefills in progress (their blocks were reserved at admission).
+        for request in self.running:
+            remaining = request.num_tokens - request.num_computed_tokens
+            if remaining > 1 and budget > 0:
+                num_tokens = min(remaining, budget)
+                output.chunks.append(self._chunk(request, num_tokens))
+                budget -= num_tokens
+
+        # 3. Admissions. Not in a step that preempted: the pool is tight, and re-admitting the
+        # request just preempted would only recompute it to preempt it again.
+        while not output.preempted and self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            request = self.waiting[0]
+            if not self.config.enable_chunked_prefill and request.num_tokens > budget:
+                break
+            if not self.allocator.can_allocate(request.token_ids):
+                break  # head-of-line blocking keeps the order fair: nobody overtakes the oldest
+            num_cached = self.allocator.allocate(request.request_id, request.token_ids)
+            self.waiting.pop(0)
+            request.num_computed_tokens = num_cached
+            request.num_cached_tokens += num_cached
+            output.num_cached_tokens += num_cached
+            request.set_status(RequestStatus.RUNNING)
+            bisect.insort(self.running, request, key=self._order_key)
+            num_tokens = min(request.num_tokens - num_cached, budget)
+            output.chunks.append(self._chunk(request, num_tokens))
+            budget -= num_tokens
+        return output
+
+    def update(self, output: SchedulerOutput, sampled_token_ids: Sequence[int]) -> list[Request]:
+        """Advance the scheduled requests by what ran; append sampled tokens; finish and free stoppers."""
+        sampled = iter(sampled_token_ids)
+        finished: list[Request] = []
+        for chunk in output.chunks:
+            request = chunk.request
+            if request.status is not RequestStatus.RUNNING:
+                continue  # finished from outside since it was scheduled
+            request.num_computed_tokens = chunk.start + chunk.num_tokens
+            if chunk.samples:
+                request.token_ids.append(int(next(sampled)))
+            self.allocator.mark_computed(request.request_id, request.token_ids, request.num_computed_tokens)
+            if chunk.samples:
+                stop = request.stop_status(self.config.max_model_len)
+                if stop is not None:
+                    self._finish(request, stop)
+                    finished.append(request)
+        return finished
+
+    def finish_request(self, request_id: Any, status: RequestStatus) -> Request | None:
+        """Finish a waiting or running request now (abort, stop string); free its blocks."""
+        if not status.is_finished:
+            raise ValueError(f"status must be a finished state, got {status.name}")
+        request = self._requests.get(request_id)
+        if request is None:
+            return None
+        self._finish(request, status)
+        return request
+
+    # ----- helpers ---------------------------------------------------------------------------
+
+    def _chunk(self, request: Request, num_tokens: int) -> ScheduledChunk:
+        start = request.num_computed_tokens
+        return ScheduledChunk(request, start, num_tokens, samples=start + num_tokens == request.num_tokens)
+
+    def _reserve_decode_slot(self, request: Request, output: SchedulerOutput) -> bool:
+        """Make room for the request's newest token, preempting from the back of ``running``.
+
+        Returns False if the request itself had to be preempted.
+        """
+        while not self.allocator.can_append(request.request_id):
+            victim = self.running[-1]
+            self._preempt(victim, output)
+            if victim is request:
+                return False
+        copy = self.allocator.append_slot(request.request_id)
+        if copy is not None:
+            output.blocks_to_copy.append(copy)
+        return True
+
+    def _preempt(self, request: Request, output: SchedulerOutput) -> None:
+        """Preemption by recompute: drop the KV, keep the tokens, requeue at the front."""
+        self.running.remove(request)
+        self.allocator.free(request.request_id)
+        request.set_status(RequestStatus.PREEMPTED)
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        self.num_preemptions += 1
+        output.preempted.append(request)
+        bisect.insort(self.waiting, request, key=self._order_key)
+
+    def _finish(self, request: Request, status: RequestStatus) -> None:
+        if request.status is RequestStatus.RUNNING:
+            self.running.remove(request)
+            self.allocator.free(request.request_id)
+        else:
+            self.waiting.remove(request)
+        request.set_status(status)
+        del self._requests[request.request_id]
