@@ -41,24 +41,31 @@ query head, the running maximum ``m`` of the scores seen so far, the running sum
 raises the maximum, the old ``l`` and ``acc`` are rescaled by ``exp(m_old - m_new)``; at the end
 ``out = acc / l``. This is the FlashAttention recurrence, and it is exact up to rounding.
 All of it is kept in fp32 whatever the input dtype. The scores are multiplied by ``scale *
-log2(e)`` so the kernel can use ``exp2``, the instruction the hardware has
-(``exp(x) = exp2(x * log2(e))``).
+log2(e)`` so the kernel can use ``exp2``, the GPU's native exponential
+(``exp(x) = exp2(x * log2(e))``); ``m`` is therefore in base-2 units.
 
 **Split-KV, and when it helps.** A GPU has a fixed number of streaming multiprocessors (SMs):
 132 on an H100. With batch 1 and 8 KV heads the grid above has 8 programs; 124 SMs would sit
 idle while 8 of them stream a long cache one tile after another. Split-KV cuts each sequence into
 ``num_splits`` contiguous ranges of tiles (of whole blocks, when the block size divides the tile)
-and gives each range its own program. Each writes its
-partial result (its ``m``, ``l`` and unnormalized ``acc``, per query head) to a scratch buffer and
-a second small kernel merges them exactly: with ``M = max_s m_s`` and ``w_s = exp(m_s - M)``,
-``out = sum_s w_s * acc_s / sum_s w_s * l_s``. Splitting costs that extra write and merge, so it
-pays only when the plain grid cannot fill the device (small batch) *and* each split still has a
+and gives each range its own program. Each writes its partial result (its ``m``, ``l`` and
+unnormalized ``acc``, per query head) to a scratch buffer, and a second small kernel, one program
+per (sequence, query head), merges them exactly: with ``M = max_s m_s`` and ``w_s = exp(m_s - M)``,
+``out = (sum_s w_s * acc_s) / (sum_s w_s * l_s)``. Splitting costs that extra write and merge, so
+it pays only when the plain grid cannot fill the device (small batch) *and* each split still has a
 long stretch of cache to read (long context). ``choose_num_splits`` writes that rule down. With
 ``num_splits == 1`` the kernel normalizes and writes the output itself and no merge runs.
 
-**Offsets in int64.** A pool of 80 GB holds far more than 2**31 elements, so the byte offset of a
-block (``block_id * stride``) can overflow 32-bit arithmetic. The block id is converted to int64
+**Offsets in int64.** A pool of 80 GB holds far more than 2**31 elements, so the element offset of
+a block (``block_id * stride``) can overflow 32-bit arithmetic. The block id is converted to int64
 before it is multiplied.
+
+How ``store_kv`` works
+----------------------
+Before attention runs, each new token's key and value must land in its slot of the pool. The engine
+computes ``slot_mapping`` (slot = ``block_id * block_size + offset``, -1 for padding tokens to skip);
+the kernel runs one program per token, which copies the token's ``[num_kv_heads, head_dim]`` keys and
+values to ``k_cache[slot // block_size, slot % block_size]`` and the same place of ``v_cache``.
 
 What is trusted rather than checked: the values in ``block_tables``, ``seq_lens`` and
 ``slot_mapping``. Checking them would copy them to the host, a synchronization on every layer of
