@@ -304,7 +304,8 @@ def sample(
     Greedy rows take the argmax of the raw logits (the lowest token id among ties). Sampled rows run
     ``filtered_probs`` and draw with ``torch.multinomial`` using their own generator, one row at a
     time, so a seeded row consumes random numbers only from its own generator: its token is the same
-    whatever else is in the batch and wherever the row sits.
+    whatever else is in the batch and wherever the row sits. A generator on another device than
+    the logits (``make_generator(seed)`` makes CPU ones) draws on its own device.
     """
     _check_logits(logits)
     num_seqs = logits.shape[0]
@@ -323,5 +324,9 @@ def sample(
     if sampled_rows:
         probs = filtered_probs(logits[sampled_rows], [params[i] for i in sampled_rows])
         for row_probs, i in zip(probs, sampled_rows):
-            next_tokens[i] = torch.multinomial(row_probs, 1, generator=generators[i])[0]
+            generator = generators[i]
+            # A generator made for another device (say a CPU one for logits on a GPU) draws there.
+            if generator is not None and generator.device != row_probs.device:
+                row_probs = row_probs.to(generator.device)
+            next_tokens[i] = torch.multinomial(row_probs, 1, generator=generator)[0]
     return next_tokens

@@ -345,3 +345,14 @@ def test_filtered_probs_match_the_reference_exactly():
     # fp32 softmax of logits ~ -4..0: a few ulps of 1.
     torch.testing.assert_close(probs, expected, rtol=1e-5, atol=1e-6)
     assert all(math.isclose(float(row.sum()), 1.0, rel_tol=1e-5) for row in probs)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_seeded_sampling_on_gpu_logits_matches_cpu():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 500)
+    params = [SamplingParams(temperature=0.8, top_p=0.9, seed=s) for s in (1, 2, 3)]
+    on_cpu = sample(logits, params, [make_generator(p.seed) for p in params])
+    on_gpu = sample(logits.cuda(), params, [make_generator(p.seed) for p in params])
+    assert on_gpu.device.type == "cuda"
+    assert on_gpu.cpu().tolist() == on_cpu.tolist()
