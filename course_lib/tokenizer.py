@@ -33,15 +33,18 @@ This module has three layers, each built on the previous one:
 from __future__ import annotations
 
 import heapq
+import operator
 import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 import regex
 
 __all__ = [
     "GPT2_SPLIT_PATTERN",
     "BPETokenizer",
+    "best_pair",
     "bytes_to_unicode",
     "count_words",
     "get_pair_counts",
@@ -236,15 +239,16 @@ def train_bpe(
             old_pairs = get_pair_counts(words[index])
             words[index] = merge_pair(words[index], pair, new_id)
             new_pairs = get_pair_counts(words[index])
-            for old_pair, count in old_pairs.items():
-                pair_counts[old_pair] -= count * counts[index]
-                if old_pair not in new_pairs and old_pair != pair:
-                    words_with_pair[old_pair].discard(index)
-            for new_pair, count in new_pairs.items():
-                pair_counts[new_pair] = pair_counts.get(new_pair, 0) + count * counts[index]
-                words_with_pair.setdefault(new_pair, set()).add(index)
-            changed_pairs.update(old_pairs)
-            changed_pairs.update(new_pairs)
+            for changed in old_pairs.keys() | new_pairs.keys():
+                difference = new_pairs.get(changed, 0) - old_pairs.get(changed, 0)
+                if difference == 0:
+                    continue
+                pair_counts[changed] = pair_counts.get(changed, 0) + difference * counts[index]
+                changed_pairs.add(changed)
+                if changed in new_pairs:
+                    words_with_pair.setdefault(changed, set()).add(index)
+                elif changed != pair:  # the merged pair's own entry was popped above
+                    words_with_pair[changed].discard(index)
         for changed in changed_pairs:
             count = pair_counts[changed]
             if count > 0:
@@ -316,14 +320,11 @@ def _token_string_to_bytes(token: str) -> bytes:
 # ---------------------------------------------------------------------------------------------
 
 
-class _Piece:
+class _Piece(NamedTuple):
     """A stretch of text that is either one special token or ordinary text between them."""
 
-    __slots__ = ("text", "is_special")
-
-    def __init__(self, text: str, is_special: bool):
-        self.text = text
-        self.is_special = is_special
+    text: str
+    is_special: bool
 
 
 def _special_token_regex(special_tokens: Iterable[str]) -> regex.Pattern | None:
@@ -387,23 +388,12 @@ class BPETokenizer:
         self._token_bytes = [bytes(token) for token in token_bytes]
         self._special_tokens = dict(special_tokens or {})
         self._merges = dict(merges)
-        for name, token_id in (("bos_token_id", bos_token_id), ("eos_token_id", eos_token_id)):
-            if token_id is not None:
-                self._check_id(token_id, name)
         self.bos_token_id = bos_token_id
         self.eos_token_id = eos_token_id
         self.chat_template = chat_template
+        self._check_parts()
 
-        for text, token_id in self._special_tokens.items():
-            self._check_id(token_id, f"special token {text!r}")
         self._special_ids = set(self._special_tokens.values())
-        for (left, right), merged in self._merges.items():
-            for token_id in (left, right, merged):
-                self._check_id(token_id, f"merge ({left}, {right}) -> {merged}")
-            if self._token_bytes[merged] != self._token_bytes[left] + self._token_bytes[right]:
-                raise ValueError(
-                    f"merge ({left}, {right}) -> {merged}: token {merged} is not the concatenation of its parts"
-                )
         # Each byte value -> its single-byte token (specials excluded: their bytes are literal text).
         self._byte_to_id: dict[int, int] = {}
         for token_id, data in enumerate(self._token_bytes):
@@ -413,6 +403,21 @@ class BPETokenizer:
         self._special_regex = _special_token_regex(self._special_tokens)
         self._token_to_id = {self.id_to_token(token_id): token_id for token_id in range(self.vocab_size)}
         self._word_cache: dict[str, list[int]] = {}
+
+    def _check_parts(self) -> None:
+        """Every id in range, and every merge's token made of its two parts' bytes."""
+        for name, token_id in (("bos_token_id", self.bos_token_id), ("eos_token_id", self.eos_token_id)):
+            if token_id is not None:
+                self._checked_id(token_id, name)
+        for text, token_id in self._special_tokens.items():
+            self._checked_id(token_id, f"special token {text!r}")
+        for (left, right), merged in self._merges.items():
+            for token_id in (left, right, merged):
+                self._checked_id(token_id, f"merge ({left}, {right}) -> {merged}")
+            if self._token_bytes[merged] != self._token_bytes[left] + self._token_bytes[right]:
+                raise ValueError(
+                    f"merge ({left}, {right}) -> {merged}: token {merged} is not the concatenation of its parts"
+                )
 
     # --- construction --------------------------------------------------------------------------
 
@@ -454,8 +459,9 @@ class BPETokenizer:
 
         The file lists the tokens as strings in GPT-2's byte alphabet (see :func:`bytes_to_unicode`),
         the merges as "left right" strings in rank order, and a type per token; control tokens
-        (type 3) such as ``<|im_start|>`` are the special tokens. ``encode`` then gives the same ids
-        as Hugging Face ``tokenizers`` built from the same file.
+        (type 3, such as ``<|im_start|>``) and user-defined tokens (type 4) are the special
+        tokens, matched in text as a whole, as Hugging Face does with its "added tokens".
+        ``encode`` then gives the same ids as Hugging Face ``tokenizers`` built from the same file.
         """
         from course_lib.gguf_file import read_tokenizer_metadata
 
@@ -509,7 +515,7 @@ class BPETokenizer:
 
     def id_to_token(self, token_id: int) -> str:
         """The token's name: a special token's text, else its bytes in GPT-2's alphabet ("Ġthe")."""
-        self._check_id(token_id, "token_id")
+        token_id = self._checked_id(token_id, "token_id")
         if token_id in self._special_ids:
             return self._token_bytes[token_id].decode("utf-8")
         return "".join(_BYTE_TO_CHAR[byte] for byte in self._token_bytes[token_id])
@@ -525,14 +531,19 @@ class BPETokenizer:
 
     def decode_token_bytes(self, token_id: int) -> bytes:
         """The bytes one token stands for (may be part of a UTF-8 character: stream with care)."""
-        self._check_id(token_id, "token_id")
-        return self._token_bytes[token_id]
+        return self._token_bytes[self._checked_id(token_id, "token_id")]
 
-    def _check_id(self, token_id: object, name: str) -> None:
-        if isinstance(token_id, bool) or not isinstance(token_id, int):
-            raise TypeError(f"{name} must be an int, got {type(token_id).__name__}")
+    def _checked_id(self, token_id: object, name: str) -> int:
+        """``token_id`` as an int (NumPy and 0-d torch integers accepted), or a clear error."""
+        if isinstance(token_id, bool):
+            raise TypeError(f"{name} must be an int, got bool")
+        try:
+            token_id = operator.index(token_id)
+        except TypeError:
+            raise TypeError(f"{name} must be an int, got {type(token_id).__name__}") from None
         if not 0 <= token_id < len(self._token_bytes):
             raise ValueError(f"{name} must be in [0, {len(self._token_bytes)}), got {token_id}")
+        return token_id
 
     # --- encoding and decoding -----------------------------------------------------------------
 

@@ -10,7 +10,9 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +33,8 @@ AAABDAAABAC = list(b"aaabdaaabac")  # a=97, b=98, c=99, d=100
 
 @pytest.fixture(scope="session")
 def smollm2_tokenizer(gguf_file):
-    return BPETokenizer.from_gguf(gguf_file)
+    # No path: the default shares the GGUF header cache with load_smollm2().
+    return BPETokenizer.from_gguf()
 
 
 def assert_roundtrip(tokenizer: BPETokenizer, texts: list[str]) -> None:
@@ -327,6 +330,8 @@ def test_decode_matches_reference_and_token_bytes(smollm2_tokenizer, hf_tokenize
     ids = smollm2_tokenizer.encode(text)
     assert smollm2_tokenizer.decode(ids) == hf_tokenizer.decode(ids) == text
     assert b"".join(smollm2_tokenizer.decode_token_bytes(i) for i in ids) == text.encode("utf-8")
+    # Ids may come as a tensor or NumPy integers (what a model's output holds).
+    assert smollm2_tokenizer.decode(torch.tensor(ids)) == smollm2_tokenizer.decode(np.array(ids)) == text
     # A token may hold part of a character; alone it decodes to U+FFFD.
     emoji_ids = smollm2_tokenizer.encode("🤔")
     assert len(emoji_ids) > 1 and smollm2_tokenizer.decode(emoji_ids[:1]) == "\ufffd"
