@@ -217,6 +217,10 @@ def build_book(
     if not (book_dir / "_config.yml").is_file():
         raise BookError(f"{book_dir} is not a Jupyter Book folder (no _config.yml)")
     labs = discover_labs(labs_dir) if include_labs else []
+    # A fresh output folder: Sphinx never deletes pages, so a removed lab would otherwise linger.
+    for stale in (book_dir / "_build" / "html", book_dir / "_build" / ".doctrees"):
+        if stale.exists():
+            shutil.rmtree(stale)
     sync_labs(labs, book_dir)
     toc_path = write_toc(book_dir, labs, book_dir / "_build" / "toc.yml")
     names = ", ".join(lab.lab_id for lab in labs) or "none"
