@@ -18,10 +18,11 @@ from typing import Callable
 
 import nbformat
 
-from course_lib.grading.layout import COURSE_ID, LAB_NAME, SAFE_ID, GradingError, Workspace
+from course_lib.grading.layout import COURSE_ID, LAB_NAME, SAFE_ID, GradingError, Workspace, gpu_available
 from course_lib.grading.notebooks import MalformedNotebook, grade_cells, read_notebook
 from course_lib.grading.release import generate_release
-from course_lib.grading.results import LabResult, NotebookResult, classify_cell, missing_notebook
+from course_lib.grading.results import (NEEDS_GPU, CellResult, LabResult, NotebookResult, classify_cell,
+                                       missing_notebook, needs_gpu)
 
 
 @dataclass
@@ -64,56 +65,51 @@ def discover_submissions(submissions_dir: Path, known_labs: list[str], only_lab:
 
 
 class Grader:
-    """Grades submissions lab by lab in one workspace; see ``grade`` for the whole batch."""
+    """Grades the submissions of one lab in one workspace; see ``grade`` for the whole batch.
 
-    def __init__(self, solutions_dir: Path, out_dir: Path, workspace: Workspace):
+    All students of the lab are autograded by one nbgrader process (nbgrader grades them one
+    after another, each notebook in a fresh kernel), which saves a few seconds of start-up per
+    student. If that process fails or overruns its time limit, every student it did not finish
+    is graded again in a process of their own, so one hostile submission costs only itself.
+    """
+
+    def __init__(self, solutions_dir: Path, out_dir: Path, workspace: Workspace, lab: str):
         self.solutions_dir = solutions_dir
         self.out_dir = out_dir
         self.workspace = workspace
-        self._released: set[str] = set()
+        self.lab = lab
+        self.sources = {path.stem: nbformat.read(path, as_version=4)
+                        for path in sorted((solutions_dir / lab).glob("*.ipynb"))}
 
-    def source_notebooks(self, lab: str) -> dict[str, object]:
-        return {path.stem: nbformat.read(path, as_version=4)
-                for path in sorted((self.solutions_dir / lab).glob("*.ipynb"))}
+    def grade_all(self, submissions: list[Submission]) -> list[LabResult]:
+        generate_release(self.solutions_dir, self.lab, self.workspace)
+        results = {s.student: LabResult(s.student, s.lab) for s in submissions}
+        staged = {s.student: self._stage(s, results[s.student]) for s in submissions}
+        to_grade = [student for student, names in staged.items() if names]
+        failures = self._autograde(to_grade)
+        for student in to_grade:
+            for name in staged[student]:
+                if failures.get(student):
+                    results[student].notebooks.append(
+                        missing_notebook(name, self.sources[name], "grading failed", failures[student]))
+                else:
+                    results[student].notebooks.append(self._collect(student, name))
+        self._feedback([student for student in to_grade if not failures.get(student)], results)
+        order = list(self.sources)
+        for result in results.values():
+            result.notebooks.sort(key=lambda nb: order.index(nb.name))
+        return [results[s.student] for s in submissions]
 
-    def ensure_released(self, lab: str) -> None:
-        if lab not in self._released:
-            generate_release(self.solutions_dir, lab, self.workspace)
-            self._released.add(lab)
-
-    def grade_one(self, submission: Submission) -> LabResult:
-        """Grade one student's lab; every failure mode ends in a LabResult, never an exception."""
-        self.ensure_released(submission.lab)
-        sources = self.source_notebooks(submission.lab)
-        result = LabResult(submission.student, submission.lab)
-        staged = self._stage(submission, sources, result)
-        timestamp_file = submission.folder / "timestamp.txt"
-        if timestamp_file.is_file():
-            result.timestamp = timestamp_file.read_text().strip()
-        failure = self._autograde(submission) if staged else None
-        for name, source in sources.items():
-            if name not in staged:
-                continue  # its NotebookResult (missing or malformed) was recorded while staging
-            if failure:
-                result.notebooks.append(missing_notebook(name, source, "grading failed", failure))
-            else:
-                result.notebooks.append(self._collect(submission, name, source))
-        order = list(sources)
-        result.notebooks.sort(key=lambda nb: order.index(nb.name))
-        if staged and not failure:
-            self._feedback(submission, result)
-        return result
-
-    def _stage(self, submission: Submission, sources: dict, result: LabResult) -> set[str]:
+    def _stage(self, submission: Submission, result: LabResult) -> set[str]:
         """Copy the readable notebooks into the workspace; record missing and malformed ones."""
-        target = self.workspace.path("submitted", submission.student, submission.lab)
+        target = self.workspace.path("submitted", submission.student, self.lab)
         if target.exists():
             shutil.rmtree(target)
         target.mkdir(parents=True)
         staged = set()
-        for extra in sorted(p.name for p in submission.folder.glob("*.ipynb") if p.stem not in sources):
-            result.problems.append(f"{extra}: not a notebook of {submission.lab}; ignored")
-        for name, source in sources.items():
+        for extra in sorted(p.name for p in submission.folder.glob("*.ipynb") if p.stem not in self.sources):
+            result.problems.append(f"{extra}: not a notebook of {self.lab}; ignored")
+        for name, source in self.sources.items():
             path = submission.folder / f"{name}.ipynb"
             if not path.is_file():
                 result.notebooks.append(missing_notebook(name, source, "missing", f"{name}.ipynb was not submitted"))
@@ -128,15 +124,35 @@ class Grader:
         timestamp_file = submission.folder / "timestamp.txt"
         if timestamp_file.is_file():
             shutil.copy2(timestamp_file, target / "timestamp.txt")
+            result.timestamp = timestamp_file.read_text().strip()
         return staged
 
-    def _autograde(self, submission: Submission) -> str | None:
-        """Run nbgrader autograde for one student in its own process; the failure reason, or None."""
-        cells = sum(len(nb.cells) for nb in self.source_notebooks(submission.lab).values())
-        limit = self.workspace.timeout * (cells + 2) + 300
+    def _time_limit(self, students: int) -> float:
+        """A bound no honest run reaches: every cell of every notebook hitting its timeout, plus start-up."""
+        cells = sum(len(nb.cells) for nb in self.sources.values())
+        return students * (self.workspace.timeout * (cells + 2) + 60) + 120
+
+    def _finished(self, student: str) -> bool:
+        folder = self.workspace.path("autograded", student, self.lab)
+        submitted = self.workspace.path("submitted", student, self.lab)
+        return all((folder / path.name).is_file() for path in submitted.glob("*.ipynb"))
+
+    def _autograde(self, students: list[str]) -> dict[str, str]:
+        """Autograde ``students``: all in one process, then any unfinished one alone. Failure reasons by student."""
+        if not students:
+            return {}
+        batch_error = self._run_autograde(students)
+        unfinished = [s for s in students if not self._finished(s)] if batch_error else []
+        if batch_error and len(students) == 1:
+            return {students[0]: batch_error}
+        return {s: error for s in unfinished if (error := self._run_autograde([s]))}
+
+    def _run_autograde(self, students: list[str]) -> str | None:
+        """One nbgrader autograde process; the failure reason, or None."""
+        selection = ["--student", students[0]] if len(students) == 1 else []
         try:
-            completed = self.workspace.run_nbgrader(
-                "autograde", submission.lab, "--student", submission.student, "--force", timeout=limit)
+            completed = self.workspace.run_nbgrader("autograde", self.lab, *selection, "--force",
+                                                    timeout=self._time_limit(len(students)))
         except Exception as error:  # subprocess.TimeoutExpired and OS errors alike
             return f"grading was stopped: {type(error).__name__}: {error}"
         log = completed.stdout + completed.stderr
@@ -145,39 +161,49 @@ class Grader:
             return "nbgrader could not grade this submission: " + (" / ".join(errors) or f"exit code {completed.returncode}")
         return None
 
-    def _collect(self, submission: Submission, name: str, source) -> NotebookResult:
+    def _collect(self, student: str, name: str) -> NotebookResult:
         from nbgrader.api import Gradebook
 
-        path = self.workspace.path("autograded", submission.student, submission.lab, f"{name}.ipynb")
+        source = self.sources[name]
+        path = self.workspace.path("autograded", student, self.lab, f"{name}.ipynb")
         if not path.is_file():
             return missing_notebook(name, source, "grading failed", "nbgrader produced no graded notebook")
         graded = nbformat.read(path, as_version=4)
         cells_by_id = {cell.metadata["nbgrader"]["grade_id"]: cell for cell in grade_cells(graded)}
         with Gradebook(f"sqlite:///{self.workspace.path('gradebook.db')}", COURSE_ID) as gradebook:
-            notebook = gradebook.find_submission_notebook(name, submission.lab, submission.student)
+            notebook = gradebook.find_submission_notebook(name, self.lab, student)
             scores = {grade.name: (float(grade.score or 0.0), float(grade.max_score)) for grade in notebook.grades}
         result = NotebookResult(name=name, status="graded")
+        gpu = gpu_available()
         for source_cell in grade_cells(source):
             grade_id = source_cell.metadata["nbgrader"]["grade_id"]
             points, max_points = scores.get(grade_id, (0.0, float(source_cell.metadata["nbgrader"]["points"])))
+            if not gpu and needs_gpu(source_cell):
+                result.cells.append(CellResult(grade_id, 0.0, max_points, NEEDS_GPU, "skipped: needs a GPU"))
+                continue
             cell = cells_by_id.get(grade_id, source_cell)
             result.cells.append(classify_cell(cell, points, max_points, self.workspace.timeout))
         return result
 
-    def _feedback(self, submission: Submission, result: LabResult) -> None:
-        completed = self.workspace.run_nbgrader(
-            "generate_feedback", submission.lab, "--student", submission.student, "--force", timeout=600)
-        feedback_dir = self.workspace.path("feedback", submission.student, submission.lab)
-        if completed.returncode != 0 or not feedback_dir.is_dir():
-            result.problems.append("feedback HTML could not be generated (see the nbgrader log in the workspace)")
+    def _feedback(self, students: list[str], results: dict[str, LabResult]) -> None:
+        """Feedback HTML for every graded student in one nbgrader process, copied to the output folder."""
+        if not students:
             return
-        target = self.out_dir / "feedback" / submission.student / submission.lab
-        target.mkdir(parents=True, exist_ok=True)
-        for notebook in result.notebooks:
-            html = feedback_dir / f"{notebook.name}.html"
-            if html.is_file():
-                shutil.copy2(html, target / html.name)
-                notebook.feedback = str((target / html.name).relative_to(self.out_dir))
+        selection = ["--student", students[0]] if len(students) == 1 else []
+        completed = self.workspace.run_nbgrader("generate_feedback", self.lab, *selection, "--force", timeout=1800)
+        for student in students:
+            feedback_dir = self.workspace.path("feedback", student, self.lab)
+            target = self.out_dir / "feedback" / student / self.lab
+            written = False
+            for notebook in results[student].notebooks:
+                html = feedback_dir / f"{notebook.name}.html"
+                if notebook.status == "graded" and html.is_file():
+                    target.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(html, target / html.name)
+                    notebook.feedback = str((target / html.name).relative_to(self.out_dir))
+                    written = True
+            if not written and completed.returncode != 0:
+                results[student].problems.append("feedback HTML could not be generated (nbgrader generate_feedback failed)")
 
 
 def grade(submissions_dir: Path, out_dir: Path, *, solutions_dir: Path, known_labs: list[str],
@@ -204,14 +230,15 @@ def grade(submissions_dir: Path, out_dir: Path, *, solutions_dir: Path, known_la
     position = {id(submission): index for index, submission in enumerate(discovery.submissions)}
 
     def work(workspace: Workspace, share: list[Submission]) -> None:
-        grader = Grader(solutions_dir, out_dir, workspace)
-        for submission in share:
-            if on_progress:
-                on_progress(submission, None)
-            result = _grade_safely(grader, submission)
-            results[position[id(submission)]] = result
-            if on_progress:
-                on_progress(submission, result)
+        for lab in sorted({submission.lab for submission in share}):
+            batch = [submission for submission in share if submission.lab == lab]
+            for submission in batch:
+                if on_progress:
+                    on_progress(submission, None)
+            for submission, result in zip(batch, _grade_safely(solutions_dir, out_dir, workspace, lab, batch)):
+                results[position[id(submission)]] = result
+                if on_progress:
+                    on_progress(submission, result)
 
     if jobs == 1:
         work(workspaces[0], shares[0])
@@ -222,14 +249,20 @@ def grade(submissions_dir: Path, out_dir: Path, *, solutions_dir: Path, known_la
     return [results[index] for index in sorted(results)], discovery.problems, workspaces
 
 
-def _grade_safely(grader: Grader, submission: Submission) -> LabResult:
+def _grade_safely(solutions_dir: Path, out_dir: Path, workspace: Workspace, lab: str,
+                  batch: list[Submission]) -> list[LabResult]:
     try:
-        return grader.grade_one(submission)
+        return Grader(solutions_dir, out_dir, workspace, lab).grade_all(batch)
     except GradingError:
         raise  # the lab itself is broken (generate_assignment failed): no grade would be fair
-    except Exception as error:  # anything else is this submission's problem, not the batch's
-        result = LabResult(submission.student, submission.lab,
-                           problems=[f"grading crashed: {type(error).__name__}: {error}"])
-        for name, source in grader.source_notebooks(submission.lab).items():
-            result.notebooks.append(missing_notebook(name, source, "grading failed", result.problems[0]))
-        return result
+    except Exception as error:  # anything else is a grading bug; report it per submission, keep the batch
+        sources = sorted((solutions_dir / lab).glob("*.ipynb"))
+        results = []
+        for submission in batch:
+            reason = f"grading crashed: {type(error).__name__}: {error}"
+            result = LabResult(submission.student, lab, problems=[reason])
+            for path in sources:
+                result.notebooks.append(missing_notebook(path.stem, nbformat.read(path, as_version=4),
+                                                         "grading failed", reason))
+            results.append(result)
+        return results

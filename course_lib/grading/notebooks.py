@@ -25,8 +25,8 @@ def read_notebook(path: Path):
         data = json.loads(raw)
     except json.JSONDecodeError as error:
         raise MalformedNotebook(f"not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})") from None
-    if not isinstance(data, dict) or "cells" not in data:
-        raise MalformedNotebook("valid JSON but not a notebook (no 'cells' list)")
+    if not isinstance(data, dict) or "nbformat" not in data:
+        raise MalformedNotebook("valid JSON but not a notebook (no 'nbformat' field)")
     major = data.get("nbformat")
     if major != 4:
         raise MalformedNotebook(f"wrong notebook format: nbformat {major!r}, expected 4 (save it with JupyterLab)")

@@ -126,7 +126,10 @@ def classify_cell(cell, points: float, max_points: float, timeout: int) -> CellR
         error = errors[-1]
         ename, evalue = error.get("ename", "Error"), error.get("evalue", "")
         status = FAILED if ename in FAILED_CHECK_NAMES else ERROR
-        reason = _first_lines(evalue) if (status == FAILED and evalue) else _first_lines(f"{ename}: {evalue}")
+        if not evalue:
+            reason = f"{ename} (raised without a message)"
+        else:
+            reason = _first_lines(evalue) if status == FAILED else _first_lines(f"{ename}: {evalue}")
         if ename == "NotImplementedError" and not evalue:
             reason = "NotImplementedError: the answer cell still holds the stub (raise NotImplementedError())"
         return CellResult(grade_id, points, max_points, status, reason)
@@ -135,11 +138,21 @@ def classify_cell(cell, points: float, max_points: float, timeout: int) -> CellR
     return CellResult(grade_id, points, max_points, PARTIAL, f"partial credit: {points:g} of {max_points:g}")
 
 
+def needs_gpu(source_cell) -> bool:
+    """A test cell is GPU-only when it calls ``require_gpu``: on a CPU it is skipped for everyone."""
+    return "require_gpu(" in source_cell.source
+
+
 def missing_notebook(name: str, source_notebook, status: str, message: str) -> NotebookResult:
     """A notebook that could not be graded: every test cell scores zero for the same reason."""
-    cells = [
-        CellResult(nbgrader_meta(cell).get("grade_id", "?"), 0.0, float(nbgrader_meta(cell).get("points", 0)),
-                   MISSING, message)
-        for cell in grade_cells(source_notebook)
-    ]
+    from course_lib.grading.layout import gpu_available
+
+    skip_gpu_cells = not gpu_available()
+    cells = []
+    for cell in grade_cells(source_notebook):
+        grade_id, max_points = nbgrader_meta(cell).get("grade_id", "?"), float(nbgrader_meta(cell).get("points", 0))
+        if skip_gpu_cells and needs_gpu(cell):
+            cells.append(CellResult(grade_id, 0.0, max_points, NEEDS_GPU, "skipped: needs a GPU"))
+        else:
+            cells.append(CellResult(grade_id, 0.0, max_points, MISSING, message))
     return NotebookResult(name=name, status=status, message=message, cells=cells)

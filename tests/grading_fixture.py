@@ -1,0 +1,141 @@
+"""A tiny lab and a set of hostile submissions for testing the grading rules quickly.
+
+The lab has two notebooks. ``ch1``: an answer ``add_one`` with a visible and a hidden test, a
+test that prints warnings to stderr while passing, an answer ``double`` and its test, and a
+GPU-only check. ``ch2``: one answer and one test. Every submission carries one problem a real
+class produces.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+
+from course_lib.grading import authoring as a
+from course_lib.grading.demo import DemoStudent, build_submission
+
+LAB = "lab00-fixture"
+HIDDEN_MARKER = "HIDDEN_INPUT_7741"
+
+
+def fixture_notebooks() -> dict[str, object]:
+    ch1 = a.notebook([
+        a.markdown("# Fixture chapter 1"),
+        a.answer("add_one", '''
+            def add_one(x):
+                """int -> int"""
+                ### BEGIN SOLUTION
+                return x + 1
+                ### END SOLUTION
+        '''),
+        a.tests("test_add_one", 2, f'''
+            assert add_one(1) == 2, "add_one(1) should be 2"
+            ### BEGIN HIDDEN TESTS
+            {HIDDEN_MARKER} = 41
+            assert add_one({HIDDEN_MARKER}) == 42, "hidden check failed"
+            ### END HIDDEN TESTS
+        '''),
+        a.tests("test_warnings", 1, '''
+            import sys, warnings
+            warnings.warn("a harmless warning from a library")
+            print("progress bars and chatter on stderr", file=sys.stderr)
+            assert add_one(0) == 1
+        '''),
+        a.answer("double", '''
+            def double(x):
+                ### BEGIN SOLUTION
+                return 2 * x
+                ### END SOLUTION
+        '''),
+        a.tests("test_double", 3, '''
+            assert double(2) == 4, "double(2) should be 4"
+        '''),
+        a.tests("test_gpu", 1, '''
+            from course_lib.checks import require_gpu
+            require_gpu("the fixture's GPU check")
+            assert double(3) == 6
+        '''),
+    ])
+    ch2 = a.notebook([
+        a.markdown("# Fixture chapter 2"),
+        a.answer("square", '''
+            def square(x):
+                ### BEGIN SOLUTION
+                return x * x
+                ### END SOLUTION
+        '''),
+        a.tests("test_square", 2, '''
+            assert square(3) == 9, "square(3) should be 9"
+        '''),
+    ])
+    return {"ch1": ch1, "ch2": ch2}
+
+
+def write_fixture_lab(solutions_dir: Path) -> Path:
+    lab_dir = solutions_dir / LAB
+    lab_dir.mkdir(parents=True, exist_ok=True)
+    for name, notebook in fixture_notebooks().items():
+        nbformat.write(notebook, lab_dir / f"{name}.ipynb")
+    return lab_dir
+
+
+# student -> (answers, mutation name); answers start from the solution unless BASE says otherwise.
+STUDENTS = {
+    "correct": dict(),
+    "blank": dict(base="release"),
+    "noisy": dict(answers={"add_one": "import sys\nprint('debug output', file=sys.stderr)\n"
+                                      "def add_one(x):\n    return x + 1"}),
+    "infinite-loop": dict(answers={"double": "def double(x):\n    while True:\n        pass"}),
+    "os-exit": dict(answers={"double": "import os\nos._exit(3)"}),
+    "segfault": dict(answers={"double": "import ctypes\nctypes.string_at(0)"}),
+    "tampered": dict(answers={"add_one": "def add_one(x):\n    return x + 2"}, mutation="tamper"),
+    "wrong-hidden": dict(answers={"add_one": "def add_one(x):\n    return 2 if x == 1 else 0"}),
+    "malformed": dict(mutation="not-json"),
+    "old-format": dict(mutation="nbformat3"),
+}
+
+# Expected points (ch1 + ch2) on a CPU, where test_gpu (1 point) is skipped.
+EXPECTED_CPU = {
+    "correct": (8, 8),
+    "blank": (0, 8),
+    "noisy": (8, 8),
+    "infinite-loop": (5, 8),       # only test_double hangs; ch2 untouched
+    "os-exit": (5, 8),             # test_add_one + test_warnings ran before the crash; ch2 fine
+    "segfault": (5, 8),
+    "tampered": (5, 8),            # the emptied and the deleted test cells are restored and fail
+    "wrong-hidden": (5, 8),        # visible check passes, hidden one fails: test_add_one and test_warnings lost
+    "malformed": (2, 8),           # ch1 unreadable -> 0; ch2 graded
+    "old-format": (2, 8),
+}
+
+
+def write_submissions(release_dir: Path, solutions_lab: Path, out_dir: Path) -> Path:
+    """Materialize STUDENTS under out_dir/<student>/<LAB>/ plus one folder that is not a student."""
+    for student, spec in STUDENTS.items():
+        folder = out_dir / student / LAB
+        folder.mkdir(parents=True, exist_ok=True)
+        demo = DemoStudent(student, "", spec.get("base", "solution"), spec.get("answers", {}))
+        for name in ("ch1", "ch2"):
+            notebook = build_submission(nbformat.read(release_dir / f"{name}.ipynb", as_version=4),
+                                        nbformat.read(solutions_lab / f"{name}.ipynb", as_version=4), demo, name)
+            path = folder / f"{name}.ipynb"
+            mutation = spec.get("mutation")
+            if name == "ch1" and mutation == "tamper":
+                for cell in notebook.cells:
+                    if cell.metadata.get("nbgrader", {}).get("grade_id") == "test_add_one":
+                        cell.source = ""  # emptied
+                notebook.cells = [c for c in notebook.cells
+                                  if c.metadata.get("nbgrader", {}).get("grade_id") != "test_warnings"]  # deleted
+            if name == "ch1" and mutation == "not-json":
+                path.write_text('{"cells": [ this is not json')
+                continue
+            if name == "ch1" and mutation == "nbformat3":
+                path.write_text(json.dumps({"nbformat": 3, "nbformat_minor": 0, "metadata": {},
+                                            "worksheets": [{"cells": []}]}))
+                continue
+            nbformat.write(notebook, path)
+    (out_dir / "README.txt").write_text("not a student folder\n")
+    (out_dir / "bad name!").mkdir(exist_ok=True)
+    return out_dir

@@ -1,0 +1,200 @@
+"""The grading rules an instructor relies on, each checked on a tiny fixture lab.
+
+One `course grade` run over hostile submissions (an infinite loop, os._exit, a segfault,
+tampered and deleted test cells, stderr noise, malformed notebooks) is shared by the tests.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from course_lib.grading.preprocessors import strip_hidden_tests
+from tests.grading_fixture import EXPECTED_CPU, HIDDEN_MARKER, LAB, write_fixture_lab, write_submissions
+
+pytestmark = pytest.mark.slow
+GPU_CHECK_PASSES = {"correct", "noisy", "tampered", "wrong-hidden"}
+GPU = False
+try:
+    import torch
+
+    GPU = torch.cuda.is_available()
+except Exception:
+    pass
+
+
+def course(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "course_lib.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=1500)
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    root = tmp_path_factory.mktemp("grading")
+    solutions_lab = write_fixture_lab(root / "solutions")
+    release = course("release", "--solutions", str(root / "solutions"), "--labs", str(root / "labs"), cwd=root)
+    assert release.returncode == 0, release.stdout + release.stderr
+    write_submissions(root / "labs" / LAB, solutions_lab, root / "submissions")
+    run = course("grade", "submissions", "--solutions", "solutions", "--out", "out", "--timeout", "10",
+                 "--jobs", "2", cwd=root)
+    report = json.loads((root / "out" / "report.json").read_text()) if (root / "out" / "report.json").exists() else None
+    return root, run, report
+
+
+def by_student(report) -> dict[str, dict]:
+    return {entry["student"]: entry for entry in report["submissions"]}
+
+
+def cell(entry, notebook: str, grade_id: str) -> dict:
+    for nb in entry["notebooks"]:
+        if nb["name"] == notebook:
+            for c in nb["cells"]:
+                if c["grade_id"] == grade_id:
+                    return c
+    raise KeyError((notebook, grade_id))
+
+
+def test_grading_completes_with_exit_code_zero(graded):
+    root, run, report = graded
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert report is not None
+    assert "correct" in run.stdout and "%" in run.stdout
+
+
+def test_scores_are_exact(graded):
+    _, _, report = graded
+    entries = by_student(report)
+    assert set(entries) == set(EXPECTED_CPU)
+    for student, (score, max_score) in EXPECTED_CPU.items():
+        if GPU:  # the GPU check runs: a point for those whose double() works, and one more available
+            score += student in GPU_CHECK_PASSES
+            max_score += 1
+        got = (entries[student]["score"], entries[student]["max_score"])
+        assert got == (score, max_score), f"{student}: {entries[student]['lost_points']}"
+
+
+def test_stderr_output_costs_no_points(graded):
+    _, _, report = graded
+    noisy = by_student(report)["noisy"]
+    assert cell(noisy, "ch1", "test_warnings")["status"] == "passed"
+    assert cell(noisy, "ch1", "test_add_one")["status"] == "passed"
+
+
+def test_infinite_loop_costs_only_the_hanging_cell(graded):
+    _, _, report = graded
+    entry = by_student(report)["infinite-loop"]
+    assert cell(entry, "ch1", "test_double")["status"] == "timeout"
+    assert "10 s" in cell(entry, "ch1", "test_double")["reason"]
+    assert cell(entry, "ch1", "test_add_one")["status"] == "passed"
+    assert cell(entry, "ch2", "test_square")["status"] == "passed"
+
+
+@pytest.mark.parametrize("student", ["os-exit", "segfault"])
+def test_dead_kernel_is_graded_as_far_as_it_got(graded, student):
+    _, _, report = graded
+    entry = by_student(report)[student]
+    assert cell(entry, "ch1", "test_add_one")["status"] == "passed"
+    assert cell(entry, "ch1", "test_warnings")["status"] == "passed"
+    assert cell(entry, "ch1", "test_double")["status"] == "not run"
+    assert "kernel died" in cell(entry, "ch1", "test_double")["reason"]
+    assert cell(entry, "ch2", "test_square")["status"] == "passed"
+
+
+def test_edited_and_deleted_test_cells_are_restored(graded):
+    _, _, report = graded
+    entry = by_student(report)["tampered"]
+    # add_one is wrong; the emptied test cell was restored and caught it
+    assert cell(entry, "ch1", "test_add_one")["status"] == "failed"
+    assert "add_one(1) should be 2" in cell(entry, "ch1", "test_add_one")["reason"]
+    # the deleted one was put back and ran
+    assert cell(entry, "ch1", "test_warnings")["status"] == "failed"
+
+
+def test_hidden_tests_count_but_never_show(graded):
+    root, _, report = graded
+    entry = by_student(report)["wrong-hidden"]
+    assert cell(entry, "ch1", "test_add_one")["status"] == "failed"
+    assert cell(entry, "ch1", "test_add_one")["reason"] == "hidden check failed"
+    released = (root / "labs" / LAB / "ch1.ipynb").read_text()
+    assert HIDDEN_MARKER not in released
+    feedback_files = list((root / "out" / "feedback").rglob("*.html"))
+    assert feedback_files, "no feedback was written"
+    for path in feedback_files:
+        text = path.read_text()
+        assert HIDDEN_MARKER not in text, f"hidden test leaked into {path}"
+        assert "BEGIN HIDDEN TESTS" not in text
+    assert HIDDEN_MARKER not in (root / "out" / "report.json").read_text()
+
+
+@pytest.mark.skipif(GPU, reason="on a GPU the check runs instead of being skipped")
+def test_gpu_checks_are_skipped_on_a_cpu(graded):
+    _, _, report = graded
+    entry = by_student(report)["correct"]
+    gpu_cell = cell(entry, "ch1", "test_gpu")
+    assert gpu_cell["status"] == "skipped: needs a GPU"
+    assert entry["skipped_points"] == 1
+    assert all(lost["cell"] != "test_gpu" for lost in entry["lost_points"])
+
+
+@pytest.mark.parametrize("student,words", [("malformed", "not valid JSON"), ("old-format", "nbformat 3")])
+def test_malformed_notebook_gets_a_clear_message_and_a_zero(graded, student, words):
+    _, _, report = graded
+    entry = by_student(report)[student]
+    ch1 = next(nb for nb in entry["notebooks"] if nb["name"] == "ch1")
+    assert ch1["status"] == "malformed" and ch1["score"] == 0
+    assert words in ch1["message"]
+    assert cell(entry, "ch2", "test_square")["status"] == "passed"
+
+
+def test_folders_that_are_not_students_are_reported(graded):
+    _, run, report = graded
+    problems = " ".join(report["ungraded_folders"])
+    assert "README.txt" in problems and "bad name!" in problems
+    assert "not graded:" in run.stdout
+
+
+def test_grades_csv_has_nbgrader_columns(graded):
+    root, _, _ = graded
+    with open(root / "out" / "grades.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for column in ("assignment", "student_id", "score", "max_score"):
+        assert column in rows[0]
+    scores = {row["student_id"]: float(row["score"]) for row in rows}
+    assert scores["correct"] == EXPECTED_CPU["correct"][0] + (1 if GPU else 0)
+    assert {row["assignment"] for row in rows} == {LAB}
+
+
+def test_release_check_names_the_stale_cell(graded, tmp_path):
+    root, _, _ = graded
+    import shutil
+
+    import nbformat
+
+    labs = tmp_path / "labs"
+    shutil.copytree(root / "labs", labs)
+    notebook = nbformat.read(labs / LAB / "ch1.ipynb", as_version=4)
+    notebook.cells[5].source += "\n# edited by hand"
+    nbformat.write(notebook, labs / LAB / "ch1.ipynb")
+    check = course("release", "--check", "--solutions", str(root / "solutions"), "--labs", str(labs), cwd=root)
+    assert check.returncode == 1
+    assert "ch1.ipynb" in check.stdout and "cell 6 (test_double)" in check.stdout
+    clean = course("release", "--check", "--solutions", str(root / "solutions"), "--labs", str(root / "labs"), cwd=root)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+
+
+def test_unknown_lab_is_a_clear_error(graded):
+    root, _, _ = graded
+    run = course("grade", "submissions", "--solutions", "solutions", "--lab", "lab99-nope", "--out", "x", cwd=root)
+    assert run.returncode == 1
+    assert "unknown lab 'lab99-nope'" in run.stderr
+
+
+def test_strip_hidden_tests_handles_unterminated_regions():
+    source = "check(1)\n### BEGIN HIDDEN TESTS\nsecret()\n"
+    stripped, found = strip_hidden_tests(source)
+    assert found and "secret" not in stripped and stripped.startswith("check(1)")
