@@ -1,0 +1,111 @@
+"""The real course through the pipeline: release in sync, solutions run, demo submissions score as specified."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course_lib.grading.demo import DEMO_SPECS, DEMO_SUBMISSIONS, load_demo_students
+from course_lib.grading.layout import list_labs
+from course_lib.grading.notebooks import grade_cells, nbgrader_meta
+
+ROOT = Path(__file__).resolve().parent.parent
+LABS = list_labs(ROOT / "solutions")
+
+
+def course(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "course_lib.cli", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_every_command_has_help():
+    from course_lib.cli import COMMANDS
+
+    top = course("--help")
+    assert top.returncode == 0 and all(name in top.stdout for name in COMMANDS)
+    for name in COMMANDS:
+        result = course(name, "--help")
+        assert result.returncode == 0, f"course {name} --help failed: {result.stderr}"
+        assert "usage: course " + name in result.stdout
+
+
+def test_there_is_at_least_one_lab():
+    assert LABS, "solutions/ holds no lab"
+
+
+@pytest.mark.slow
+def test_release_is_in_sync_with_solutions():
+    result = course("release", "--check", timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_release_holds_no_solutions_or_hidden_tests(lab):
+    for path in sorted((ROOT / "labs" / lab).glob("*.ipynb")):
+        text = path.read_text()
+        assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text, path
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "solutions").glob("lab*/*.ipynb")), ids=lambda p: p.stem)
+def test_notebook_header_announces_its_points(path):
+    notebook = nbformat.read(path, as_version=4)
+    total = sum(float(nbgrader_meta(cell)["points"]) for cell in grade_cells(notebook))
+    header = notebook.cells[0].source
+    assert notebook.cells[0].cell_type == "markdown"
+    announced = re.search(r"(\d+(?:\.\d+)?)\s*points", header)
+    assert announced, f"{path.name}: the first cell should announce the total points"
+    assert float(announced.group(1)) == total, f"{path.name}: header says {announced.group(1)}, cells add up to {total:g}"
+    assert re.search(r"(\d+)\s*(?:-\s*\d+\s*)?min", header), f"{path.name}: the first cell should give an estimated time"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "solutions").glob("lab*/*.ipynb")), ids=lambda p: p.stem)
+def test_every_answer_is_graded_by_a_visible_and_a_hidden_test(path):
+    notebook = nbformat.read(path, as_version=4)
+    answers = [nbgrader_meta(c)["grade_id"] for c in notebook.cells
+               if nbgrader_meta(c).get("solution") and c.cell_type == "code"]
+    tests = [c for c in grade_cells(notebook)]
+    assert answers and tests
+    assert any("BEGIN HIDDEN TESTS" in c.source for c in tests), f"{path.name} has no hidden tests"
+    for cell in tests:
+        assert "course_lib.checks" in cell.source or "check" in cell.source, \
+            f"{path.name}: test cell {nbgrader_meta(cell)['grade_id']} does not call a check"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lab", LABS)
+def test_solutions_run_clean(lab):
+    result = course("solve", lab, timeout=1800)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lab", LABS)
+def test_demo_submissions_score_as_their_specs_say(lab, tmp_path):
+    students = load_demo_students(ROOT / DEMO_SPECS / lab)
+    assert len([s for s in students if s.name.startswith("buggy")]) >= 3, "at least three buggy demo students"
+    result = course("grade", str(DEMO_SUBMISSIONS), "--lab", lab, "--out", str(tmp_path), "--jobs", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    scores = {entry["student"]: entry for entry in report["submissions"]}
+    for student in students:
+        entry = scores[student.name]
+        by_notebook = {nb["name"]: nb["score"] for nb in entry["notebooks"]}
+        if student.name == "blank":
+            assert entry["score"] == 0, entry["lost_points"]
+            continue
+        if student.name == "correct":
+            assert entry["score"] == entry["max_score"], entry["lost_points"]
+            continue
+        assert student.expected, f"{student.name}: its spec needs EXPECTED scores"
+        for notebook, expected in student.expected.items():
+            assert by_notebook[notebook] == expected, (
+                f"{student.name}/{notebook}: expected {expected}, got {by_notebook[notebook]}; "
+                f"lost: {entry['lost_points']}")
+        assert entry["score"] < entry["max_score"], f"{student.name} should lose points"
+    assert "correct 100%" in result.stdout
