@@ -132,6 +132,16 @@ def test_chapter_has_a_figure_a_lab_link_and_glossary_terms(chapter):
     assert "{term}`" in text, f"{chapter.name} references no glossary term"
 
 
+def test_lab_map_entries_are_valid():
+    entries = book_command.load_lab_map(BOOK_DIR)
+    ids = [entry["id"] for entry in entries]
+    assert len(ids) == len(set(ids)), "lab ids in _labs.yml must be unique"
+    assert {"lab01-text-to-tensors", "lab02-prefill-vs-decode"} <= set(ids)
+    for entry in entries:
+        for chapter in entry.get("chapters", []):
+            assert (BOOK_DIR / "chapters" / f"{chapter}.md").is_file(), f"{entry['id']}: no chapter {chapter!r}"
+
+
 # ---- labs: discovery, copy, table of contents ---------------------------------------------------
 
 
@@ -381,8 +391,9 @@ def _check_page(site_url: str, html_dir: Path, page: str, title: str, tmp_path: 
     dom = _dump_dom(url, tmp_path)
     head_title = re.search(r"<title>(.*?)</title>", dom, re.DOTALL).group(1)
     assert title in html.unescape(head_title), f"{page}: title {head_title!r} lacks {title!r}"
-    first_heading = re.search(r"<h1[^>]*>(.*?)</h1>", dom, re.DOTALL)
-    assert first_heading and title in html.unescape(re.sub(r"<[^>]+>", "", first_heading.group(1)))
+    article = dom[dom.find("<article"):dom.find("</article>")]
+    heading = re.search(r"<h1[^>]*>(.*?)</h1>", article, re.DOTALL)
+    assert heading and title in _visible_text(heading.group(1)), f"{page}: the article's heading is not {title!r}"
     images = _article_images(dom)
     if needs_figure:
         assert images, f"{page} shows no figure"
@@ -413,8 +424,8 @@ def test_lab_page_renders_in_chromium(built_book, site_url, tmp_path):
     lab_pages = _released_lab_pages()
     if lab_pages:
         page = lab_pages[0]
-        heading = re.search(r"<h1[^>]*>(.*?)<a class=\"headerlink\"", (html_dir / page).read_text(), re.DOTALL)
-        title = html.unescape(re.sub(r"<[^>]+>", "", heading.group(1))).strip()
+        head_title = re.search(r"<title>(.*?)</title>", (html_dir / page).read_text(), re.DOTALL).group(1)
+        title = html.unescape(head_title).rsplit(" — ", 1)[0].strip()  # "<page> — <book>"
         shot = _check_page(site_url, html_dir, page, title, tmp_path, needs_figure=False)
         dom = _dump_dom(f"{site_url}/{page}", tmp_path)
         assert "YOUR CODE HERE" in _visible_text(dom), "a released lab shows its answer stubs"

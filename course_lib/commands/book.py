@@ -133,6 +133,10 @@ def _lab_index_page(lab: Lab, entry: dict | None) -> str:
     lines = [f"# {title}", ""]
     if from_map:
         lines += [entry["summary"], "", f"Estimated time: about {entry['hours']} hours. Runs on: {entry['runs_on']}.", ""]
+        chapters = entry.get("chapters") or []
+        if chapters:
+            links = ", ".join(f"{{doc}}`/chapters/{name}`" for name in chapters)
+            lines += [f"Chapters to read with this lab: {links}.", ""]
     lines += [
         f"The notebooks below are the student release of `labs/{lab.lab_id}/`, shown as released (not run).",
         "Open them in JupyterLab to work on them; see {doc}`/labs` for how the labs fit together.",
