@@ -54,8 +54,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="python-docs",
         help="text to train and encode on (default: python-docs, needs apt-get install python3.11-doc)",
     )
-    parser.add_argument("--max-mb", type=float, default=None, help="use at most this many MB of the corpus (default: all)")
-    parser.add_argument("--vocab-size", type=int, default=4096, help="ids after training, bytes included (default: 4096)")
+    parser.add_argument(
+        "--max-mb", type=float, default=None, help="use at most this many MB of the corpus (default: all)"
+    )
+    parser.add_argument(
+        "--vocab-size", type=int, default=4096, help="ids after training, bytes included (default: 4096)"
+    )
     parser.add_argument(
         "--naive-kb",
         default="128,256,512,1024",
@@ -235,7 +239,8 @@ def markdown_report(args, corpus_mb, equal_rows, growth_rows, setup, encode_rows
         "| ---: | ---: | ---: | ---: |",
     ]
     for row in growth_rows:
-        lines.append(f"| {row['mb']:.2f} | {row['merges']} | {row['incremental_s']:.2f} | {row['incremental_s'] / row['mb']:.2f} |")
+        seconds_per_mb = row["incremental_s"] / row["mb"]
+        lines.append(f"| {row['mb']:.2f} | {row['merges']} | {row['incremental_s']:.2f} | {seconds_per_mb:.2f} |")
     lines += [
         "",
         f"Encoding {corpus_mb:.2f} MB with SmolLM2's tokenizer, single-threaded, identical ids asserted "

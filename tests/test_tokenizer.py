@@ -276,7 +276,8 @@ def test_real_text_roundtrip(smollm2_tokenizer):
 
 
 def test_real_text_matches_reference(smollm2_tokenizer, hf_tokenizer):
-    assert_matches_reference(smollm2_tokenizer, hf_tokenizer, [corpus.load_corpus("stdlib-docstrings", max_bytes=20_000)])
+    text = corpus.load_corpus("stdlib-docstrings", max_bytes=20_000)
+    assert_matches_reference(smollm2_tokenizer, hf_tokenizer, [text])
 
 
 # Any character, with the special tokens and contraction pieces mixed in often enough to meet.
