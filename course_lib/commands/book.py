@@ -203,7 +203,10 @@ def write_toc(book_dir: Path, labs: list[Lab], toc_path: Path) -> Path:
 def jupyter_book_command(book_dir: Path, toc_path: Path, *, keep_going: bool) -> list[str]:
     """The jupyter-book call: full rebuild, warnings as errors, nitpicky references, HTML."""
     executable = Path(sys.executable).with_name("jupyter-book")
-    command = [str(executable) if executable.exists() else "jupyter-book"]
+    found = str(executable) if executable.exists() else shutil.which("jupyter-book")
+    if found is None:
+        raise BookError("jupyter-book is not installed; install the book extra: pip install -e '.[book]'")
+    command = [found]
     command += ["build", str(book_dir), "--toc", str(toc_path), "--builder", "html", "--all", "-W", "-n"]
     if keep_going:
         command.append("--keep-going")
