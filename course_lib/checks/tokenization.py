@@ -1,0 +1,553 @@
+"""Checks for Lab 0.1, chapter 1 (tokenization and embeddings).
+
+Each ``check_*`` function takes the student's function and one input, runs the student's code on
+a copy of that input, computes the answer with the reference in :mod:`course_lib.tokenizer`
+(or with torch for the embedding), and raises :class:`~course_lib.checks.CheckFailed` with what
+was expected, what came back and a hint aimed at the usual mistake. The notebook's test cells
+choose the inputs, so hidden tests are simply calls with inputs the release never shows.
+
+The merges a student's trainer returns are ``{(left id, right id): new id}``, ids 0..255 being
+the byte values and merge k creating id 256 + k, exactly as in the reference.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import types
+from functools import lru_cache
+from typing import Any, Callable
+
+from course_lib.checks import (
+    _REFERENCE_NAMES,
+    CheckFailed,
+    _names_in_code,
+    fail,
+    register_reference_names,
+    require_own_implementation,
+    short_repr,
+)
+from course_lib.tokenizer import NUM_BYTE_VALUES, BPETokenizer, get_pair_counts, merge_pair, train_bpe
+
+__all__ = [
+    "BITS_PER_PRECISION",
+    "check_build_vocab",
+    "check_bytes_per_element",
+    "check_decode",
+    "check_embed",
+    "check_embedding_bytes",
+    "check_encode",
+    "check_get_pair_counts",
+    "check_merge_pair",
+    "check_train_bpe",
+    "random_ids",
+    "random_text",
+    "reference_encode",
+    "reference_merges",
+    "reference_vocab",
+    "smollm2_embedding_info",
+    "smollm2_embedding_table",
+]
+
+# An answer that calls one of these is re-exporting the reference, not the student's own work.
+register_reference_names(
+    "BPETokenizer", "get_pair_counts", "merge_pair", "train_bpe", "train_bpe_naive", "best_pair", "count_words",
+    "reference_merges", "reference_encode", "reference_vocab",
+)
+
+# Bits per stored number for the precisions the course uses (chapter 2 reuses these names).
+BITS_PER_PRECISION = {"fp64": 64, "fp32": 32, "fp16": 16, "bf16": 16, "fp8": 8, "int8": 8, "int4": 4}
+
+Pair = tuple[int, int]
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers shared by the checks
+# ---------------------------------------------------------------------------------------------
+
+
+def _call(function: Callable, name: str, *args: Any) -> Any:
+    """Call the student's function on copies of ``args``; turn a crash into readable feedback.
+
+    NotImplementedError passes through unchanged: it means "not written yet", and its message is
+    already clear. Any other exception becomes a CheckFailed that names the call; the original
+    exception stays attached (``from error``), so the traceback still points into the answer.
+    """
+    arguments = copy.deepcopy(args)
+    try:
+        return function(*arguments)
+    except NotImplementedError:
+        raise
+    except CheckFailed:
+        raise
+    except Exception as error:
+        call = f"{name}({', '.join(short_repr(argument) for argument in args)})"
+        raise CheckFailed(
+            f"{call} raised {type(error).__name__}: {error}\n"
+            "  hint: read the traceback above this message; it points at the line in your answer."
+        ) from error
+
+
+def _require_own(function: Callable, name: str) -> None:
+    """``require_own_implementation``, plus references reached through a module or a closure.
+
+    The base check sees ``merge_pair(...)`` when the global ``merge_pair`` is the reference; this
+    also catches ``tokenizer_module.merge_pair(...)`` (a course_lib module in the answer's
+    namespace, and an attribute that is a reference name the answer does not define itself) and
+    references held in closure variables.
+    """
+    require_own_implementation(function, name)
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return
+    namespace = dict(getattr(function, "__globals__", {}))
+    for free_name, cell in zip(code.co_freevars, getattr(function, "__closure__", None) or ()):
+        try:
+            namespace[free_name] = cell.cell_contents
+        except ValueError:  # a closure variable not assigned yet
+            continue
+    names = _names_in_code(code) | set(code.co_freevars)
+    uses_course_module = False
+    for referenced in names:
+        target = namespace.get(referenced)
+        if isinstance(target, types.ModuleType):
+            uses_course_module |= target.__name__.startswith("course_lib")
+        elif _is_reference(target):
+            fail(f"{name} calls the course's reference {target.__module__}.{target.__name__}.",
+                 hint="write the logic yourself; calling the reference earns no points.", show_values=False)
+    if not uses_course_module:
+        return
+    for referenced in sorted(names & _REFERENCE_NAMES):
+        own = namespace.get(referenced)
+        if own is None or _is_reference(own):
+            fail(f"{name} reaches the course's reference {referenced!r} through a course_lib module.",
+                 hint="write the logic yourself; calling the reference earns no points.", show_values=False)
+
+
+def _is_reference(target: object) -> bool:
+    module = getattr(target, "__module__", None) or ""
+    return module.startswith("course_lib") and getattr(target, "__name__", "") in _REFERENCE_NAMES
+
+
+def _describe_token(token_id: int, vocab: dict[int, bytes]) -> str:
+    data = vocab.get(token_id)
+    return f"{token_id} ({data!r})" if data is not None else str(token_id)
+
+
+def _describe_merge(pair: Pair, new_id: int, vocab: dict[int, bytes]) -> str:
+    left, right = pair
+    return f"({left}, {right}) -> {new_id}  i.e. {vocab.get(left, b'?')!r} + {vocab.get(right, b'?')!r}"
+
+
+def reference_vocab(merges: dict[Pair, int]) -> dict[int, bytes]:
+    """Id -> bytes for the 256 byte values and every merge, built in rank order."""
+    vocab = {byte: bytes([byte]) for byte in range(NUM_BYTE_VALUES)}
+    for (left, right), new_id in sorted(merges.items(), key=lambda item: item[1]):
+        vocab[new_id] = vocab[left] + vocab[right]
+    return vocab
+
+
+def _partial_vocab(merges: list[tuple[Pair, int]]) -> dict[int, bytes]:
+    """Like reference_vocab for a student's merges, skipping merges whose parts are unknown ids."""
+    vocab = {byte: bytes([byte]) for byte in range(NUM_BYTE_VALUES)}
+    for (left, right), new_id in merges:
+        if left in vocab and right in vocab:
+            vocab[new_id] = vocab[left] + vocab[right]
+    return vocab
+
+
+def reference_merges(text: str, vocab_size: int) -> dict[Pair, int]:
+    """The merges the reference trainer learns on ``text`` (test cells use it to make inputs)."""
+    return train_bpe(text, vocab_size)
+
+
+def reference_encode(text: str, merges: dict[Pair, int]) -> list[int]:
+    """The reference tokenizer's ids for ``text`` under ``merges``."""
+    return _reference_tokenizer(merges).encode(text)
+
+
+def _reference_tokenizer(merges: dict[Pair, int]) -> BPETokenizer:
+    vocab = reference_vocab(merges)
+    return BPETokenizer([vocab[token_id] for token_id in range(len(vocab))], merges)
+
+
+def _first_difference(got: list, expected: list) -> int:
+    for index, (a, b) in enumerate(zip(got, expected)):
+        if a != b:
+            return index
+    return min(len(got), len(expected))
+
+
+def random_ids(seed: int, length: int, alphabet_size: int = 4) -> list[int]:
+    """A reproducible list of ids drawn from ``range(alphabet_size)`` (few symbols: many repeats)."""
+    rng = random.Random(seed)
+    return [rng.randrange(alphabet_size) for _ in range(length)]
+
+
+def random_text(seed: int, num_words: int, alphabet: str = "abcdeéñ猫🙂 ") -> str:
+    """Reproducible text of ``num_words`` short "words" over ``alphabet`` (mixed UTF-8 widths)."""
+    rng = random.Random(seed)
+    letters = alphabet.replace(" ", "")
+    words = ["".join(rng.choice(letters) for _ in range(rng.randint(1, 6))) for _ in range(num_words)]
+    return " ".join(words)
+
+
+# ---------------------------------------------------------------------------------------------
+# (a) pairs and one merge
+# ---------------------------------------------------------------------------------------------
+
+
+def check_get_pair_counts(student_get_pair_counts: Callable, ids: list[int]) -> None:
+    """``student_get_pair_counts(ids)`` must equal the reference's pair counts, overlaps included."""
+    _require_own(student_get_pair_counts, "get_pair_counts")
+    got = _call(student_get_pair_counts, "get_pair_counts", list(ids))
+    expected = get_pair_counts(list(ids))
+    if not isinstance(got, dict):
+        fail(f"get_pair_counts({short_repr(ids)}) must return a dict {{(left, right): count}}",
+             expected="dict", got=type(got).__name__)
+    if got == expected:
+        return
+    missing = [pair for pair in expected if got.get(pair) != expected[pair]]
+    extra = [pair for pair in got if pair not in expected]
+    hint = "look at every position i from 0 to len(ids) - 2 and count the pair (ids[i], ids[i + 1])."
+    if missing and all(got.get(pair, 0) < expected[pair] for pair in missing) and not extra:
+        hint = ("some pairs are counted too rarely: count overlapping pairs too ([97, 97, 97] holds (97, 97) "
+                "twice), and do not skip the last pair.")
+    elif extra:
+        hint = "some pairs should not be there: a pair is two *neighbouring* ids, in order (left, right)."
+    pair = (missing or extra)[0]
+    fail(f"get_pair_counts({short_repr(ids)}): wrong count for pair {pair}",
+         expected=expected.get(pair, "no entry for this pair"), got=got.get(pair, "no entry for this pair"),
+         hint=hint)
+
+
+def check_merge_pair(student_merge_pair: Callable, ids: list[int], pair: Pair, new_id: int) -> None:
+    """``student_merge_pair(ids, pair, new_id)`` must equal the reference and leave ``ids`` unchanged."""
+    _require_own(student_merge_pair, "merge_pair")
+    original = list(ids)
+    given = list(ids)
+    try:
+        got = student_merge_pair(given, tuple(pair), new_id)
+    except (NotImplementedError, CheckFailed):
+        raise
+    except Exception as error:
+        raise CheckFailed(
+            f"merge_pair({short_repr(original)}, {pair}, {new_id}) raised {type(error).__name__}: {error}\n"
+            "  hint: check the index bounds: the last id has no right neighbour."
+        ) from error
+    expected = merge_pair(original, tuple(pair), new_id)
+    if given != original:
+        fail(f"merge_pair({short_repr(original)}, {pair}, {new_id}) changed its input list",
+             expected=original, got=given, hint="build and return a new list; leave `ids` as it was.")
+    if not isinstance(got, list):
+        fail(f"merge_pair({short_repr(original)}, {pair}, {new_id}) must return a list",
+             expected="list", got=type(got).__name__)
+    if got == expected:
+        return
+    if len(got) > len(expected) and got.count(new_id) > expected.count(new_id):
+        hint = ("you made more replacements than possible: after replacing the pair at positions i and i + 1, "
+                "continue at i + 2, so in [97, 97, 97] only the first two ids merge: [256, 97].")
+    elif len(got) < len(expected):
+        hint = "ids are missing: keep every id that is not part of a replaced pair, the last one included."
+    else:
+        hint = ("scan from the left; where ids[i], ids[i + 1] equals the pair, append new_id and jump to i + 2, "
+                "otherwise append ids[i] and go to i + 1.")
+    index = _first_difference(got, expected)
+    fail(f"merge_pair({short_repr(original)}, {pair}, {new_id}) differs first at position {index}",
+         expected=expected, got=got, hint=hint)
+
+
+# ---------------------------------------------------------------------------------------------
+# (b) training
+# ---------------------------------------------------------------------------------------------
+
+
+def check_train_bpe(student_train_bpe: Callable, text: str, vocab_size: int) -> None:
+    """``student_train_bpe(text, vocab_size)`` must learn the reference's merges, ids and order."""
+    _require_own(student_train_bpe, "train_bpe")
+    got = _call(student_train_bpe, "train_bpe", text, vocab_size)
+    expected = train_bpe(text, vocab_size)
+    call = f"train_bpe({short_repr(text)}, {vocab_size})"
+    if not isinstance(got, dict):
+        fail(f"{call} must return a dict {{(left id, right id): new id}}", expected="dict",
+             got=type(got).__name__)
+    expected_items = list(expected.items())
+    malformed = [(pair, new_id) for pair, new_id in got.items() if not _is_merge(pair, new_id)]
+    if malformed:
+        fail(f"{call}: each entry must be (left id, right id) -> new id, all ints", expected=expected_items[:3],
+             got=malformed[:3], hint="key: a tuple of the two ids merged; value: the id of the new token.")
+    got_items = sorted(got.items(), key=lambda item: item[1])
+    if got_items == expected_items:
+        return
+    vocab = reference_vocab(expected)
+    if len(got_items) != len(expected_items) and got_items == expected_items[: len(got_items)]:
+        fail(f"{call} learned {len(got_items)} merges; the reference learns {len(expected_items)}",
+             expected=len(expected_items), got=len(got_items),
+             hint=(f"a vocabulary of {vocab_size} ids holds the 256 bytes plus {vocab_size - NUM_BYTE_VALUES} "
+                   "merges; stop early only when no word has two tokens left."))
+    if len(got_items) > len(expected_items) and got_items[: len(expected_items)] == expected_items:
+        fail(f"{call} learned {len(got_items)} merges; the reference learns {len(expected_items)}",
+             expected=len(expected_items), got=len(got_items),
+             hint=(f"ids run from 0 to vocab_size - 1 = {vocab_size - 1}: stop when the next id would be "
+                   f"{vocab_size}, or earlier when no word has two tokens left (if your merges never make "
+                   "the words shorter, check merge_pair)."))
+    rank = _first_difference(got_items, expected_items)  # < both lengths: neither list is a prefix
+    expected_pair, expected_id = expected_items[rank]
+    what = f"{call}: merge number {rank} (counting from 0) differs"
+    got_pair, got_id = got_items[rank]
+    if got_pair == expected_pair or got_id != expected_id:
+        if rank == 0:
+            hint = "ids 0..255 are the bytes, so the first merge gets id 256, the next 257, and so on."
+        else:
+            hint = f"merge k gets id 256 + k, so merge {rank} gets {NUM_BYTE_VALUES + rank}."
+        fail(what, expected=_describe_merge(expected_pair, expected_id, vocab),
+             got=f"({got_pair[0]}, {got_pair[1]}) -> {got_id}", hint=hint)
+    counts = _pair_counts_before_merge(text, expected_items[:rank])
+    got_count = counts.get(got_pair, 0)
+    expected_count = counts[expected_pair]
+    if got_count == expected_count:
+        hint = (f"both pairs occur {expected_count} times at this point: a tie. The rule is: among the most "
+                f"frequent pairs take the smallest, comparing (left, right) as tuples; "
+                f"{expected_pair} < {got_pair}.")
+    elif got_count == 0:
+        hint = ("the pair you merged does not occur in the (pre-tokenized) text at this point: check that you "
+                "use the UTF-8 bytes (text.encode('utf-8')), split the text with pretokenize(text), and "
+                "merge inside every word after each step.")
+    else:
+        hint = (f"at this point {expected_pair} occurs {expected_count} times and {got_pair} only {got_count}: "
+                "recount the pairs of every word after each merge, and count pairs within words only "
+                "(never across the pretokenize boundaries).")
+    fail(what, expected=_describe_merge(expected_pair, expected_id, vocab),
+         got=_describe_merge(got_pair, got_id, _partial_vocab(got_items[: rank + 1])), hint=hint)
+
+
+def _is_merge(pair: object, new_id: object) -> bool:
+    def is_id(value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    return isinstance(pair, tuple) and len(pair) == 2 and all(map(is_id, pair)) and is_id(new_id)
+
+
+def _pair_counts_before_merge(text: str, merges_so_far: list[tuple[Pair, int]]) -> dict[Pair, int]:
+    """Pair counts over the pre-tokenized words of ``text`` after applying ``merges_so_far``."""
+    from course_lib.tokenizer import pretokenize
+
+    counts: dict[Pair, int] = {}
+    for word in pretokenize(text):
+        ids = list(word.encode("utf-8"))
+        for pair, new_id in merges_so_far:
+            ids = merge_pair(ids, pair, new_id)
+        for pair, count in get_pair_counts(ids).items():
+            counts[pair] = counts.get(pair, 0) + count
+    return counts
+
+
+# ---------------------------------------------------------------------------------------------
+# (c) encoding
+# ---------------------------------------------------------------------------------------------
+
+
+def check_encode(student_encode: Callable, text: str, merges: dict[Pair, int]) -> None:
+    """``student_encode(text, merges)`` must give the reference tokenizer's ids for ``text``."""
+    _require_own(student_encode, "encode")
+    got = _call(student_encode, "encode", text, dict(merges))
+    expected = _reference_tokenizer(merges).encode(text)
+    call = f"encode({short_repr(text)}, merges)"
+    if not isinstance(got, list):
+        fail(f"{call} must return a list of ints", expected="list", got=type(got).__name__)
+    if got == expected:
+        return
+    vocab = reference_vocab(merges)
+    known_ids = set(vocab)
+    unknown = [token_id for token_id in got if token_id not in known_ids]
+    index = _first_difference(got, expected)
+    if unknown:
+        hint = (f"id {unknown[0]} is neither a byte (0..255) nor a merge: start from the UTF-8 bytes, "
+                "list(text.encode('utf-8')), not from ord() of each character.")
+    elif b"".join(vocab[token_id] for token_id in got) != text.encode("utf-8"):
+        hint = "your ids do not spell the text: decode them and compare; did you drop or repeat a byte?"
+    elif len(got) > len(expected):
+        hint = ("your ids spell the text but use more tokens: either a pair that has a merge was left "
+                "unmerged (keep going until no adjacent pair has one) or merges were applied out of order "
+                "(always the lowest new id first, then look again); work word by word with pretokenize(text).")
+    else:
+        hint = ("the merges were applied in the wrong order (or across word boundaries): always merge the "
+                "pair with the lowest new id (learned first), then look again; work word by word.")
+    fail(f"{call} differs first at position {index} (merges: {len(merges)})",
+         expected=[_describe_token(t, vocab) for t in expected[index:index + 4]],
+         got=[_describe_token(t, vocab) for t in got[index:index + 4]], hint=hint)
+
+
+# ---------------------------------------------------------------------------------------------
+# (d) decoding
+# ---------------------------------------------------------------------------------------------
+
+
+def check_build_vocab(student_build_vocab: Callable, merges: dict[Pair, int]) -> None:
+    """``student_build_vocab(merges)`` must map every id (bytes and merges) to its bytes."""
+    _require_own(student_build_vocab, "build_vocab")
+    got = _call(student_build_vocab, "build_vocab", dict(merges))
+    expected = reference_vocab(merges)
+    if not isinstance(got, dict):
+        fail("build_vocab(merges) must return a dict {id: bytes}", expected="dict", got=type(got).__name__)
+    if set(got) != set(expected):
+        missing = sorted(set(expected) - set(got))
+        extra = sorted(set(got) - set(expected))
+        fail(f"build_vocab(merges) has the wrong ids (missing: {short_repr(missing)}, extra: {short_repr(extra)})",
+             expected=f"ids 0..{len(expected) - 1}", got=f"{len(got)} ids",
+             hint="one entry per byte value 0..255, plus one per merge (its new id).")
+    for token_id in sorted(expected):
+        if got[token_id] != expected[token_id]:
+            hint = None
+            if not isinstance(got[token_id], bytes):
+                hint = "values must be bytes objects: bytes([b]) for a byte value, left + right for a merge."
+            else:
+                hint = ("a merged token's bytes are its left part's bytes followed by its right part's bytes; "
+                        "build them in merge order so both parts exist already.")
+            fail(f"build_vocab(merges)[{token_id}] is wrong", expected=expected[token_id], got=got[token_id],
+                 hint=hint)
+
+
+def check_decode(student_decode: Callable, ids: list[int], merges: dict[Pair, int]) -> None:
+    """``student_decode(ids, merges)`` must give the reference's text (U+FFFD for invalid UTF-8)."""
+    _require_own(student_decode, "decode")
+    got = _call(student_decode, "decode", list(ids), dict(merges))
+    expected = _reference_tokenizer(merges).decode(list(ids))
+    call = f"decode({short_repr(ids)}, merges)"
+    if not isinstance(got, str):
+        fail(f"{call} must return a str", expected="str", got=type(got).__name__,
+             hint="decode the joined bytes: data.decode('utf-8', errors='replace').")
+    if got == expected:
+        return
+    if got.count("\ufffd") > expected.count("\ufffd"):
+        hint = ("your text has more replacement characters '\ufffd' than the reference: a character's bytes "
+                "can be spread over several tokens, so join the bytes of *all* tokens first and decode once.")
+    elif expected.count("\ufffd") > got.count("\ufffd"):
+        hint = "these bytes are not valid UTF-8: decode with errors='replace' so they become '\ufffd'."
+    else:
+        hint = "join vocab[i] for every id in order (b''.join), then .decode('utf-8', errors='replace')."
+    fail(f"{call} differs first at character {_first_difference(list(got), list(expected))}",
+         expected=expected, got=got, hint=hint)
+
+
+# ---------------------------------------------------------------------------------------------
+# (e) embeddings
+# ---------------------------------------------------------------------------------------------
+
+
+def check_embed(student_embed: Callable, token_ids, table) -> None:
+    """``student_embed(token_ids, table)`` must return ``table[token_ids]`` exactly: [seq_len, d_model]."""
+    import torch
+
+    _require_own(student_embed, "embed")
+    got = _call(student_embed, "embed", token_ids, table)
+    index = torch.as_tensor(token_ids, dtype=torch.long).reshape(-1)
+    expected = table[index]
+    call = f"embed({short_repr(token_ids if not torch.is_tensor(token_ids) else token_ids.tolist())}, table)"
+    if not torch.is_tensor(got):
+        fail(f"{call} must return a torch.Tensor", expected="torch.Tensor", got=type(got).__name__,
+             hint="index the table with a tensor of ids: table[torch.as_tensor(token_ids)].")
+    if tuple(got.shape) != tuple(expected.shape):
+        fail(f"{call}: wrong shape for {len(index)} ids and a table of shape {tuple(table.shape)}",
+             expected=tuple(expected.shape), got=tuple(got.shape),
+             hint="one row per id: [seq_len, d_model]. Rows of the table are tokens, columns are dimensions.")
+    if got.dtype != expected.dtype:
+        fail(f"{call}: wrong dtype", expected=expected.dtype, got=got.dtype,
+             hint="a lookup copies rows; it should not change the table's dtype.")
+    if not torch.equal(got, expected):
+        bad_rows = (got != expected).any(dim=1).nonzero().flatten().tolist()
+        fail(f"{call}: rows {short_repr(bad_rows)} differ from the table's rows for those ids",
+             expected=f"row {bad_rows[0]} = table[{int(index[bad_rows[0]])}]",
+             got=f"a different row (first values {got[bad_rows[0], :3].tolist()})",
+             hint="row i of the result is table[token_ids[i]], copied exactly (no scaling, no sorting).")
+
+
+def check_bytes_per_element(student_bytes_per_element: Callable, precision: str) -> None:
+    """``student_bytes_per_element(precision)`` must be bits / 8 (fractional for int4)."""
+    _require_own(student_bytes_per_element, "bytes_per_element")
+    got = _call(student_bytes_per_element, "bytes_per_element", precision)
+    expected = BITS_PER_PRECISION[precision] / 8
+    try:
+        ok = math.isclose(float(got), expected)
+    except (TypeError, ValueError):
+        ok = False
+    if ok:
+        return
+    if isinstance(got, (int, float)) and math.isclose(float(got), expected * 8):
+        hint = f"{got} is the number of *bits*; a byte is 8 bits."
+    elif isinstance(got, (int, float)) and expected < 1 and float(got) == 0:
+        hint = "integer division (//) rounds half a byte down to 0: divide with /."
+    else:
+        hint = "the number in the name is bits per element (fp16: 16 bits); a byte is 8 bits."
+    fail(f"bytes_per_element({precision!r})", expected=expected, got=got, hint=hint)
+
+
+def check_embedding_bytes(student_embedding_bytes: Callable, vocab_size: int, d_model: int,
+                          bytes_per_element: float) -> None:
+    """``student_embedding_bytes(vocab_size, d_model, bytes_per_element)`` = their product."""
+    _require_own(student_embedding_bytes, "embedding_bytes")
+    got = _call(student_embedding_bytes, "embedding_bytes", vocab_size, d_model, bytes_per_element)
+    expected = vocab_size * d_model * bytes_per_element
+    try:
+        ok = math.isclose(float(got), expected, rel_tol=1e-9)
+    except (TypeError, ValueError):
+        ok = False
+    if ok:
+        return
+    hint = "a [vocab_size, d_model] table holds vocab_size * d_model numbers, each bytes_per_element bytes."
+    if isinstance(got, (int, float)):
+        if math.isclose(float(got), expected / 2**20, rel_tol=1e-6) or math.isclose(float(got), expected / 1e6):
+            hint = "return bytes, not MiB or MB: the notebook converts for display."
+        elif math.isclose(float(got), expected * 8, rel_tol=1e-9):
+            hint = "that is bits; return bytes."
+    fail(f"embedding_bytes({vocab_size}, {d_model}, {bytes_per_element})", expected=expected, got=got, hint=hint)
+
+
+def _open_smollm2_gguf():
+    """The cached GGUF reader. ``open_gguf(None)``, not ``open_gguf()``: the tokenizer loader calls it
+    with ``None``, and lru_cache keys the two spellings apart (parsing the file again costs seconds)."""
+    from course_lib.gguf_file import open_gguf
+
+    return open_gguf(None)
+
+
+@lru_cache(maxsize=1)
+def smollm2_embedding_info() -> dict:
+    """Shape and storage of SmolLM2's ``token_embd.weight`` as the GGUF file records them.
+
+    Returns ``{"vocab_size", "d_model", "type", "block_size", "bytes_per_block",
+    "bytes_per_element", "n_bytes", "model_parameters"}``. GGUF lists a tensor's dimensions
+    fastest-varying first, so the file's [576, 49152] is the [49152, 576] table a PyTorch user
+    would write. ``model_parameters`` counts the numbers in all of the file's tensors.
+    """
+    import gguf
+
+    reader = _open_smollm2_gguf()
+    tensor = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    block_size, bytes_per_block = gguf.GGML_QUANT_SIZES[tensor.tensor_type]
+    d_model, vocab_size = (int(size) for size in tensor.shape)
+    return {
+        "vocab_size": vocab_size,
+        "d_model": d_model,
+        "type": tensor.tensor_type.name,
+        "block_size": block_size,
+        "bytes_per_block": bytes_per_block,
+        "bytes_per_element": bytes_per_block / block_size,
+        "n_bytes": int(tensor.n_bytes),
+        "model_parameters": sum(int(t.n_elements) for t in reader.tensors),
+    }
+
+
+@lru_cache(maxsize=1)
+def smollm2_embedding_table():
+    """SmolLM2's token embedding dequantized to float32: a Tensor [49152, 576].
+
+    Cached: test cells share one copy, so a check must never let an answer write into it
+    (``check_embed`` passes the answer a copy).
+    """
+    import gguf
+    import torch
+
+    tensor = next(t for t in _open_smollm2_gguf().tensors if t.name == "token_embd.weight")
+    return torch.from_numpy(gguf.quants.dequantize(tensor.data, tensor.tensor_type))
