@@ -52,12 +52,16 @@ def gguf_path() -> Path:
     return path
 
 
-@lru_cache(maxsize=4)
 def open_gguf(path: str | os.PathLike | None = None):
     """A cached ``gguf.GGUFReader`` (memory-mapped; parsing the header takes a few seconds)."""
+    return _open_gguf(str(Path(path or gguf_path()).resolve()))
+
+
+@lru_cache(maxsize=4)
+def _open_gguf(resolved_path: str):
     import gguf
 
-    return gguf.GGUFReader(str(path or gguf_path()))
+    return gguf.GGUFReader(resolved_path)
 
 
 def read_field(reader, key: str, default=None):
@@ -96,9 +100,13 @@ class TokenizerMetadata:
         return [i for i, kind in enumerate(self.token_types) if kind in (3, 4)]
 
 
-@lru_cache(maxsize=4)
 def read_tokenizer_metadata(path: str | os.PathLike | None = None) -> TokenizerMetadata:
     """The tokenizer metadata (vocabulary, merges, special tokens, chat template) of a GGUF file."""
+    return _read_tokenizer_metadata(str(Path(path or gguf_path()).resolve()))
+
+
+@lru_cache(maxsize=4)
+def _read_tokenizer_metadata(path: str) -> TokenizerMetadata:
     reader = open_gguf(path)
     model = read_field(reader, "tokenizer.ggml.model")
     if model is None:
