@@ -483,6 +483,42 @@ def _greedy_with_transformers(hf_model, prompt_ids, num_tokens):
     return ids[len(prompt_ids) :]
 
 
+@pytest.mark.slow
+def test_engine_with_triton_backend_matches_torch_backend_on_the_cpu(smollm2, monkeypatch):
+    """The engine's wiring of the kernels, on the interpreter: greedy tokens as the torch backend's.
+
+    (The torch backend is itself checked against transformers in the engine's tests.) Two tokens
+    each: the first comes from the prefill, whose K/V store_kv writes; the second from one decode
+    step of the whole batch through paged_decode_attention, in all 30 layers. Every interpreted
+    program costs milliseconds, hence so few.
+    """
+    from course_lib.engine import LLMEngine
+    from course_lib.sampling import SamplingParams
+
+    model, tokenizer = smollm2
+    if model.device.type != "cpu" or not pa.RUNS_ON_INTERPRETER:
+        pytest.skip("checks the interpreted kernels on the CPU; the GPU test below covers a GPU")
+    calls = {"paged_decode_attention": 0, "store_kv": 0}
+    for name in calls:  # count calls, so a silent fallback to the torch path cannot pass
+        kernel = getattr(pa, name)
+
+        def counted(*args, _kernel=kernel, _name=name, **kwargs):
+            calls[_name] += 1
+            return _kernel(*args, **kwargs)
+
+        monkeypatch.setattr(pa, name, counted)
+    prompts = ["The capital of France is", "def fibonacci(n):"]
+    params = SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True)
+    outputs = {
+        backend: LLMEngine(model, tokenizer, attention_backend=backend).generate(prompts, params)
+        for backend in ("torch", "triton")
+    }
+    for with_torch, with_triton in zip(outputs["torch"], outputs["triton"]):
+        assert list(with_triton.token_ids) == list(with_torch.token_ids)
+    num_layers = model.config.num_layers
+    assert calls["paged_decode_attention"] >= num_layers and calls["store_kv"] >= 2 * num_layers
+
+
 @gpu
 @pytest.mark.gpu
 @pytest.mark.slow
