@@ -30,8 +30,8 @@ Run: ``course bench kernel`` (or ``python benchmarks/paged_attention.py``) on a 
 GPU; add ``--out benchmarks/paged_attention_<gpu>.md`` to keep the report.
 """
 
-# No `from __future__ import annotations` here: `course bench` loads this file by path without
-# registering it in sys.modules, and dataclasses with string annotations look their module up there.
+from __future__ import annotations
+
 import argparse
 import datetime
 import math

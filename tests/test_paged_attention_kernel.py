@@ -13,12 +13,10 @@ Tolerances, per dtype of the inputs (the reference always computes in fp32 from 
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -35,7 +33,6 @@ from course_lib.kernels.paged_attention import (
     store_kv_ref,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 TOLERANCES = {
     torch.float32: dict(atol=1e-5, rtol=1e-5),
     torch.float16: dict(atol=2e-3, rtol=2e-3),
@@ -400,14 +397,6 @@ def test_importing_the_kernels_is_quiet_and_picks_the_backend():
 # ---------------------------------------------------------------------------------------------
 
 
-def _load_benchmark():
-    path = REPO_ROOT / "benchmarks" / "paged_attention.py"
-    spec = importlib.util.spec_from_file_location("benchmark_paged_attention", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_benchmark_dry_run(tmp_path, capsys):
     """The benchmark end to end at toy sizes (it asserts the kernel against the reference itself).
 
@@ -417,7 +406,9 @@ def test_benchmark_dry_run(tmp_path, capsys):
     report = tmp_path / "report.md"
     argv = ["--dry-run", "--shapes", "smollm2", "--batches", "1", "2", "--contexts", "20"]
     argv += ["--memory-budget-gib", str(0.1 / 1024), "--out", str(report)]
-    assert _load_benchmark().main(argv) == 0
+    from course_lib.commands.bench import load_benchmark  # what `course bench kernel` runs
+
+    assert load_benchmark("kernel").main(argv) == 0
     text = report.read_text()
     assert "DRY RUN" in text and "meaningless" in text
     table_rows = [line for line in text.splitlines() if line.startswith("| SmolLM2")]
