@@ -25,6 +25,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import torch
@@ -55,6 +56,8 @@ __all__ = [
     "random_weights",
     "read_gguf_weights",
     "read_tokenizer_metadata",
+    "undo_rotary_permutation",
+    "weight_shapes",
 ]
 
 
@@ -411,20 +414,25 @@ def undo_rotary_permutation(weight: Tensor, num_heads: int) -> Tensor:
     GGUF rows as [head, j, which_half] and swapping the last two axes restores [head, which_half, j].
     """
     rows, hidden_size = weight.shape
+    if rows % (2 * num_heads) != 0:
+        raise ValueError(f"weight has {rows} rows, not a multiple of 2 * num_heads ({2 * num_heads})")
     half = rows // num_heads // 2
     return weight.reshape(num_heads, half, 2, hidden_size).transpose(1, 2).reshape(rows, hidden_size)
 
 
-def _dequantize(reader, name: str) -> Tensor:
+def _dequantize(tensors_by_name: Mapping, name: str) -> Tensor:
     """One GGUF tensor as fp32 in torch's layout (GGUF lists dims innermost first, torch outermost first)."""
     import gguf
 
-    tensor = next((t for t in reader.tensors if t.name == name), None)
+    tensor = tensors_by_name.get(name)
     if tensor is None:
         raise ValueError(f"the GGUF file has no tensor {name!r}")
     array = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+    if not array.flags.writeable:
+        # F32 tensors come back as read-only views of the memory-mapped file; torch needs its own copy.
+        array = array.copy()
     expected_shape = tuple(int(size) for size in reversed(tensor.shape))
-    return torch.from_numpy(array.copy()).reshape(expected_shape)
+    return torch.from_numpy(array).reshape(expected_shape)
 
 
 @lru_cache(maxsize=2)
@@ -435,22 +443,25 @@ def read_gguf_weights(path: str | None = None) -> Mapping[str, Tensor]:
     same file shares these tensors. The model never writes its weights; do not write them either.
     """
     config = ModelConfig.from_gguf(path)
-    reader = open_gguf(path)
-    weights = {"embed_tokens": _dequantize(reader, "token_embd.weight"), "norm": _dequantize(reader, "output_norm.weight")}
+    gguf_tensors = {tensor.name: tensor for tensor in open_gguf(path).tensors}
+    weights = {
+        "embed_tokens": _dequantize(gguf_tensors, "token_embd.weight"),
+        "norm": _dequantize(gguf_tensors, "output_norm.weight"),
+    }
     for layer in range(config.num_layers):
         gguf_prefix, prefix = f"blk.{layer}.", f"layers.{layer}."
-        q = undo_rotary_permutation(_dequantize(reader, gguf_prefix + "attn_q.weight"), config.num_q_heads)
-        k = undo_rotary_permutation(_dequantize(reader, gguf_prefix + "attn_k.weight"), config.num_kv_heads)
-        v = _dequantize(reader, gguf_prefix + "attn_v.weight")
-        gate = _dequantize(reader, gguf_prefix + "ffn_gate.weight")
-        up = _dequantize(reader, gguf_prefix + "ffn_up.weight")
-        weights[prefix + "input_norm"] = _dequantize(reader, gguf_prefix + "attn_norm.weight")
+        q = undo_rotary_permutation(_dequantize(gguf_tensors, gguf_prefix + "attn_q.weight"), config.num_q_heads)
+        k = undo_rotary_permutation(_dequantize(gguf_tensors, gguf_prefix + "attn_k.weight"), config.num_kv_heads)
+        v = _dequantize(gguf_tensors, gguf_prefix + "attn_v.weight")
+        gate = _dequantize(gguf_tensors, gguf_prefix + "ffn_gate.weight")
+        up = _dequantize(gguf_tensors, gguf_prefix + "ffn_up.weight")
+        weights[prefix + "input_norm"] = _dequantize(gguf_tensors, gguf_prefix + "attn_norm.weight")
         weights[prefix + "qkv_proj"] = torch.cat([q, k, v])
-        weights[prefix + "o_proj"] = _dequantize(reader, gguf_prefix + "attn_output.weight")
-        weights[prefix + "post_attention_norm"] = _dequantize(reader, gguf_prefix + "ffn_norm.weight")
+        weights[prefix + "o_proj"] = _dequantize(gguf_tensors, gguf_prefix + "attn_output.weight")
+        weights[prefix + "post_attention_norm"] = _dequantize(gguf_tensors, gguf_prefix + "ffn_norm.weight")
         weights[prefix + "gate_up_proj"] = torch.cat([gate, up])
-        weights[prefix + "down_proj"] = _dequantize(reader, gguf_prefix + "ffn_down.weight")
-    return weights
+        weights[prefix + "down_proj"] = _dequantize(gguf_tensors, gguf_prefix + "ffn_down.weight")
+    return MappingProxyType(weights)  # read-only: the cache is shared by every caller
 
 
 def random_weights(config: ModelConfig, *, seed: int = 0) -> dict[str, Tensor]:
