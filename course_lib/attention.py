@@ -184,9 +184,10 @@ def flash_attention(
         q_end = min(q_start + block_q, q_len)
         q_tile = queries[:, q_start:q_end]  # [heads, bq, head_dim]
         rows = q_end - q_start
-        row_max = torch.full((num_q_heads, rows, 1), float("-inf"), device=q.device)
-        row_sum = torch.zeros(num_q_heads, rows, 1, device=q.device)
-        acc = torch.zeros(num_q_heads, rows, head_dim, device=q.device)
+        fp32 = {"dtype": torch.float32, "device": q.device}
+        row_max = torch.full((num_q_heads, rows, 1), float("-inf"), **fp32)
+        row_sum = torch.zeros(num_q_heads, rows, 1, **fp32)
+        acc = torch.zeros(num_q_heads, rows, head_dim, **fp32)
 
         # With a causal mask the last query of this block sees keys up to this position;
         # key blocks after it are skipped entirely (about half the work for a full prefill).
