@@ -8,8 +8,8 @@ A *decode* is the case where exactly one token is left to run (the one sampled l
 
 Each ``schedule()`` spends a token budget (``max_num_batched_tokens``):
 
-1. running requests with one token left (decodes) first, one token each; a decode whose sequence
-   needs a new block and finds none preempts the newest running request (its blocks are freed and
+1. running requests that sampled a token last step (decodes) first, one token each; a decode whose
+   sequence needs a new block and finds none preempts the newest running request (its blocks are freed and
    it goes back to the front of the waiting queue; its generated tokens are kept and recomputed
    later, "preemption by recompute");
 2. then the rest of running requests' prompts (chunked prefill in progress);
@@ -277,6 +277,9 @@ class Scheduler:
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         self._requests: dict[Any, Request] = {}
+        # Token slots the allocator holds for each running request. A request whose tokens outnumber
+        # its slots has just sampled a token: it is a decode and needs one more slot.
+        self._num_slots: dict[Any, int] = {}
         self._arrivals = itertools.count()
         self.num_preemptions = 0
 
@@ -323,22 +326,23 @@ class Scheduler:
         output = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
 
-        # 1. Decodes (one token left). Iterate by index: preemption removes from the back.
+        # 1. Decodes (the token sampled last step). Iterate by index: preemption removes from the back.
+        decoding: set[Any] = set()
         index = 0
         while index < len(self.running):
             request = self.running[index]
-            if request.num_tokens - request.num_computed_tokens == 1:
+            if request.num_tokens > self._num_slots[request.request_id]:
                 if not self._reserve_decode_slot(request, output):
                     break  # the request preempted itself: everything after it is gone too
                 output.chunks.append(ScheduledChunk(request, request.num_computed_tokens, 1, True))
+                decoding.add(request.request_id)
                 budget -= 1
             index += 1
 
         # 2. Prefills in progress (their blocks were reserved at admission).
         for request in self.running:
-            remaining = request.num_tokens - request.num_computed_tokens
-            if remaining > 1 and budget > 0:
-                num_tokens = min(remaining, budget)
+            if request.request_id not in decoding and budget > 0:
+                num_tokens = min(request.num_tokens - request.num_computed_tokens, budget)
                 output.chunks.append(self._chunk(request, num_tokens))
                 budget -= num_tokens
 
@@ -351,6 +355,7 @@ class Scheduler:
             if not self.allocator.can_allocate(request.token_ids):
                 break  # head-of-line blocking keeps the order fair: nobody overtakes the oldest
             num_cached = self.allocator.allocate(request.request_id, request.token_ids)
+            self._num_slots[request.request_id] = request.num_tokens
             self.waiting.pop(0)
             request.num_computed_tokens = num_cached
             request.num_cached_tokens += num_cached
@@ -368,11 +373,12 @@ class Scheduler:
         finished: list[Request] = []
         for chunk in output.chunks:
             request = chunk.request
+            token_id = next(sampled) if chunk.samples else None
             if request.status is not RequestStatus.RUNNING:
-                continue  # finished from outside since it was scheduled
+                continue  # finished from outside (aborted) since it was scheduled
             request.num_computed_tokens = chunk.start + chunk.num_tokens
-            if chunk.samples:
-                request.token_ids.append(int(next(sampled)))
+            if token_id is not None:
+                request.token_ids.append(int(token_id))
             self.allocator.mark_computed(request.request_id, request.token_ids, request.num_computed_tokens)
             if chunk.samples:
                 stop = request.stop_status(self.config.max_model_len)
@@ -408,6 +414,7 @@ class Scheduler:
             if victim is request:
                 return False
         copy = self.allocator.append_slot(request.request_id)
+        self._num_slots[request.request_id] += 1
         if copy is not None:
             output.blocks_to_copy.append(copy)
         return True
@@ -416,6 +423,7 @@ class Scheduler:
         """Preemption by recompute: drop the KV, keep the tokens, requeue at the front."""
         self.running.remove(request)
         self.allocator.free(request.request_id)
+        del self._num_slots[request.request_id]
         request.set_status(RequestStatus.PREEMPTED)
         request.num_computed_tokens = 0
         request.num_preemptions += 1
@@ -427,6 +435,7 @@ class Scheduler:
         if request.status is RequestStatus.RUNNING:
             self.running.remove(request)
             self.allocator.free(request.request_id)
+            del self._num_slots[request.request_id]
         else:
             self.waiting.remove(request)
         request.set_status(status)

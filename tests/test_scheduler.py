@@ -282,6 +282,8 @@ def simulate(workload, config, seed, sample_eos=True):
         assert len({id(c.request) for c in output.chunks}) == len(output.chunks)  # one chunk per request
         if scheduler.has_unfinished():
             assert output.chunks, "an empty step while requests are unfinished"
+        for request in scheduler.running:
+            assert allocator.num_slots(request.request_id) == request.num_tokens  # exactly: no slot too many
         for chunk in output.chunks:
             request = chunk.request
             assert request.status is RequestStatus.RUNNING
