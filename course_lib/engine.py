@@ -98,8 +98,17 @@ class LLMEngine:
     attention_backend: "torch" (SDPA), "naive", "flash" (the prefill attention of
     ``course_lib.attention``) or "triton" (the paged-attention kernels, for a GPU).
     allocator / scheduler / sampler: replacements for the reference parts. A scheduler needs the
-    allocator it was built with to be passed too, since the engine reads block tables from it.
+    allocator it was built with to be passed too, since the engine reads block tables from it;
+    with an allocator given, block_size, num_blocks and enable_prefix_caching are the allocator's.
+    kv_cache_memory_bytes: the memory budget that sizes the pool when num_blocks is None.
     max_model_len: context length (default: the model's ``max_position_embeddings``).
+
+    Serving with your own parts::
+
+        allocator = MyAllocator(num_blocks=256, block_size=16)
+        scheduler = MyScheduler(SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=256), allocator)
+        engine = LLMEngine(model, tokenizer, allocator=allocator, scheduler=scheduler)
+        outputs = engine.generate(["Hello!"], SamplingParams(temperature=0, max_tokens=20))
     """
 
     def __init__(
@@ -165,13 +174,12 @@ class LLMEngine:
         self._aborted_outputs: list[StepOutput] = []
         self._request_counter = itertools.count()
 
-    @staticmethod
-    def _blocks_for_budget(config, block_size: int, dtype, max_num_seqs: int, memory_bytes: int) -> int:
+    def _blocks_for_budget(self, config, block_size: int, dtype, max_num_seqs: int, memory_bytes: int) -> int:
         """Blocks that fit in ``memory_bytes``, but no more than max_num_seqs full contexts need."""
         bytes_per_block = PagedKVCache.bytes_per_block(config, block_size, dtype)
         if memory_bytes < bytes_per_block:
             raise ValueError(f"kv_cache_memory_bytes={memory_bytes} holds no block (one block is {bytes_per_block} bytes)")
-        most_ever_used = max_num_seqs * -(-config.max_position_embeddings // block_size)
+        most_ever_used = max_num_seqs * -(-self.max_model_len // block_size)
         return min(memory_bytes // bytes_per_block, most_ever_used)
 
     # ----- adding requests -------------------------------------------------------------------

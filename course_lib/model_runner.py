@@ -124,14 +124,14 @@ class StepBatch:
     """Everything one forward needs, built once per step (not per layer).
 
     input_ids, positions, slot_mapping: [num_tokens] int64. logits_indices: [num_sampled] int64, in
-    the order of the scheduler's sampling chunks. num_decode_rows: the first rows, one per decode.
+    the order of the scheduler's sampling chunks. The first rows are the single-token chunks
+    (decodes), in ``decode_groups``; the multi-token chunks follow, one ``PrefillSlice`` each.
     """
 
     input_ids: Tensor
     positions: Tensor
     slot_mapping: Tensor
     logits_indices: Tensor
-    num_decode_rows: int
     decode_groups: list[DecodeGroup]
     prefills: list[PrefillSlice]
 
@@ -194,7 +194,6 @@ def build_step_batch(
         positions=as_long(positions),
         slot_mapping=as_long(slot_mapping),
         logits_indices=as_long([last_row[i] for i, c in enumerate(chunks) if c.samples]),
-        num_decode_rows=len(decode_order),
         decode_groups=decode_groups,
         prefills=prefills,
     )

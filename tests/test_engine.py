@@ -229,6 +229,11 @@ def test_seeded_request_is_reproducible_whatever_the_batch(tiny_model, prompts_a
     assert alone == batched
 
 
+def test_generate_shows_a_progress_bar_when_asked(tiny_model, capsys):
+    LLMEngine(tiny_model, ByteTokenizer()).generate([[1, 2], [3]], GREEDY, use_tqdm=True)
+    assert "2/2" in capsys.readouterr().err
+
+
 def test_metrics_are_filled_in(tiny_model, prompts_and_references):
     prompts, _ = prompts_and_references
     outputs = LLMEngine(tiny_model, ByteTokenizer(), max_num_seqs=2).generate(prompts[:4], GREEDY)
