@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import reprlib
+import types
 from typing import Any, Callable
 
 __all__ = [
@@ -101,9 +102,10 @@ def _defined_in_course_lib(obj: Any) -> bool:
 def require_own_implementation(obj: Callable | type, name: str) -> None:
     """Fail when the student's ``obj`` is (or only wraps) the course's reference implementation.
 
-    Catches ``from course_lib.x import f as my_f`` and one-line wrappers that call a reference
-    function or class from ``course_lib`` (names the answer's code refers to that resolve to a
-    ``course_lib`` object other than the helpers a notebook is allowed to use).
+    Catches ``from course_lib.x import f as my_f``, one-line wrappers that call a reference
+    function or class (a global name, a closure variable, or an attribute of a ``course_lib``
+    module such as ``tokenizer.merge_pair``). Reference names are those lab check modules
+    register with ``register_reference_names``; other course helpers stay allowed.
     """
     if obj is None:
         fail(f"{name} is None", hint=f"define {name} in the answer cell above and run that cell.",
@@ -117,22 +119,41 @@ def require_own_implementation(obj: Callable | type, name: str) -> None:
     functions = [obj] if callable(obj) and not isinstance(obj, type) else [
         member for member in vars(obj).values() if callable(member)
     ]
-    allowed = {"CheckFailed", "NeedsGPU"}
     for function in functions:
-        code = getattr(function, "__code__", None)
-        namespace = getattr(function, "__globals__", {})
-        if code is None:
+        _require_no_reference_calls(function, name)
+
+
+def _require_no_reference_calls(function: Callable, name: str) -> None:
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return
+    namespace = dict(getattr(function, "__globals__", {}))
+    for free_name, cell in zip(code.co_freevars, getattr(function, "__closure__", None) or ()):
+        try:
+            namespace[free_name] = cell.cell_contents
+        except ValueError:  # a closure variable not assigned yet
             continue
-        for referenced in _names_in_code(code):
-            target = namespace.get(referenced)
-            if referenced in allowed or target is None:
-                continue
-            if _defined_in_course_lib(target) and getattr(target, "__name__", "") in _REFERENCE_NAMES:
-                fail(
-                    f"{name} calls the course's reference {target.__module__}.{target.__name__}.",
-                    hint="write the logic yourself; calling the reference earns no points.",
-                    show_values=False,
-                )
+    names = _names_in_code(code) | set(code.co_freevars)
+    hint = "write the logic yourself; calling the reference earns no points."
+    uses_course_module = False
+    for referenced in names:
+        target = namespace.get(referenced)
+        if isinstance(target, types.ModuleType):
+            uses_course_module |= target.__name__.startswith("course_lib")
+        elif _is_reference(target):
+            fail(f"{name} calls the course's reference {target.__module__}.{target.__name__}.", hint=hint,
+                 show_values=False)
+    if not uses_course_module:
+        return
+    for referenced in sorted(names & _REFERENCE_NAMES):
+        own = namespace.get(referenced)
+        if own is None or _is_reference(own):
+            fail(f"{name} reaches the course's reference {referenced!r} through a course_lib module.", hint=hint,
+                 show_values=False)
+
+
+def _is_reference(target: object) -> bool:
+    return _defined_in_course_lib(target) and getattr(target, "__name__", "") in _REFERENCE_NAMES
 
 
 def _names_in_code(code) -> set[str]:

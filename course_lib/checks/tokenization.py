@@ -15,14 +15,11 @@ from __future__ import annotations
 import copy
 import math
 import random
-import types
 from functools import lru_cache
 from typing import Any, Callable
 
 from course_lib.checks import (
-    _REFERENCE_NAMES,
     CheckFailed,
-    _names_in_code,
     fail,
     register_reference_names,
     require_own_implementation,
@@ -87,47 +84,6 @@ def _call(function: Callable, name: str, *args: Any) -> Any:
             f"{call} raised {type(error).__name__}: {error}\n"
             "  hint: read the traceback above this message; it points at the line in your answer."
         ) from error
-
-
-def _require_own(function: Callable, name: str) -> None:
-    """``require_own_implementation``, plus references reached through a module or a closure.
-
-    The base check sees ``merge_pair(...)`` when the global ``merge_pair`` is the reference; this
-    also catches ``tokenizer_module.merge_pair(...)`` (a course_lib module in the answer's
-    namespace, and an attribute that is a reference name the answer does not define itself) and
-    references held in closure variables.
-    """
-    require_own_implementation(function, name)
-    code = getattr(function, "__code__", None)
-    if code is None:
-        return
-    namespace = dict(getattr(function, "__globals__", {}))
-    for free_name, cell in zip(code.co_freevars, getattr(function, "__closure__", None) or ()):
-        try:
-            namespace[free_name] = cell.cell_contents
-        except ValueError:  # a closure variable not assigned yet
-            continue
-    names = _names_in_code(code) | set(code.co_freevars)
-    uses_course_module = False
-    for referenced in names:
-        target = namespace.get(referenced)
-        if isinstance(target, types.ModuleType):
-            uses_course_module |= target.__name__.startswith("course_lib")
-        elif _is_reference(target):
-            fail(f"{name} calls the course's reference {target.__module__}.{target.__name__}.",
-                 hint="write the logic yourself; calling the reference earns no points.", show_values=False)
-    if not uses_course_module:
-        return
-    for referenced in sorted(names & _REFERENCE_NAMES):
-        own = namespace.get(referenced)
-        if own is None or _is_reference(own):
-            fail(f"{name} reaches the course's reference {referenced!r} through a course_lib module.",
-                 hint="write the logic yourself; calling the reference earns no points.", show_values=False)
-
-
-def _is_reference(target: object) -> bool:
-    module = getattr(target, "__module__", None) or ""
-    return module.startswith("course_lib") and getattr(target, "__name__", "") in _REFERENCE_NAMES
 
 
 def _describe_token(token_id: int, vocab: dict[int, bytes]) -> str:
@@ -200,7 +156,7 @@ def random_text(seed: int, num_words: int, alphabet: str = "abcdeéñ猫🙂 ") 
 
 def check_get_pair_counts(student_get_pair_counts: Callable, ids: list[int]) -> None:
     """``student_get_pair_counts(ids)`` must equal the reference's pair counts, overlaps included."""
-    _require_own(student_get_pair_counts, "get_pair_counts")
+    require_own_implementation(student_get_pair_counts, "get_pair_counts")
     got = _call(student_get_pair_counts, "get_pair_counts", list(ids))
     expected = get_pair_counts(list(ids))
     if not isinstance(got, dict):
@@ -224,7 +180,7 @@ def check_get_pair_counts(student_get_pair_counts: Callable, ids: list[int]) -> 
 
 def check_merge_pair(student_merge_pair: Callable, ids: list[int], pair: Pair, new_id: int) -> None:
     """``student_merge_pair(ids, pair, new_id)`` must equal the reference and leave ``ids`` unchanged."""
-    _require_own(student_merge_pair, "merge_pair")
+    require_own_implementation(student_merge_pair, "merge_pair")
     original = list(ids)
     given = list(ids)
     try:
@@ -265,7 +221,7 @@ def check_merge_pair(student_merge_pair: Callable, ids: list[int], pair: Pair, n
 
 def check_train_bpe(student_train_bpe: Callable, text: str, vocab_size: int) -> None:
     """``student_train_bpe(text, vocab_size)`` must learn the reference's merges, ids and order."""
-    _require_own(student_train_bpe, "train_bpe")
+    require_own_implementation(student_train_bpe, "train_bpe")
     got = _call(student_train_bpe, "train_bpe", text, vocab_size)
     expected = train_bpe(text, vocab_size)
     call = f"train_bpe({short_repr(text)}, {vocab_size})"
@@ -350,7 +306,7 @@ def _pair_counts_before_merge(text: str, merges_so_far: list[tuple[Pair, int]]) 
 
 def check_encode(student_encode: Callable, text: str, merges: dict[Pair, int]) -> None:
     """``student_encode(text, merges)`` must give the reference tokenizer's ids for ``text``."""
-    _require_own(student_encode, "encode")
+    require_own_implementation(student_encode, "encode")
     got = _call(student_encode, "encode", text, dict(merges))
     expected = _reference_tokenizer(merges).encode(text)
     call = f"encode({short_repr(text)}, merges)"
@@ -386,7 +342,7 @@ def check_encode(student_encode: Callable, text: str, merges: dict[Pair, int]) -
 
 def check_build_vocab(student_build_vocab: Callable, merges: dict[Pair, int]) -> None:
     """``student_build_vocab(merges)`` must map every id (bytes and merges) to its bytes."""
-    _require_own(student_build_vocab, "build_vocab")
+    require_own_implementation(student_build_vocab, "build_vocab")
     got = _call(student_build_vocab, "build_vocab", dict(merges))
     expected = reference_vocab(merges)
     if not isinstance(got, dict):
@@ -411,7 +367,7 @@ def check_build_vocab(student_build_vocab: Callable, merges: dict[Pair, int]) ->
 
 def check_decode(student_decode: Callable, ids: list[int], merges: dict[Pair, int]) -> None:
     """``student_decode(ids, merges)`` must give the reference's text (U+FFFD for invalid UTF-8)."""
-    _require_own(student_decode, "decode")
+    require_own_implementation(student_decode, "decode")
     got = _call(student_decode, "decode", list(ids), dict(merges))
     expected = _reference_tokenizer(merges).decode(list(ids))
     call = f"decode({short_repr(ids)}, merges)"
@@ -440,7 +396,7 @@ def check_embed(student_embed: Callable, token_ids, table) -> None:
     """``student_embed(token_ids, table)`` must return ``table[token_ids]`` exactly: [seq_len, d_model]."""
     import torch
 
-    _require_own(student_embed, "embed")
+    require_own_implementation(student_embed, "embed")
     got = _call(student_embed, "embed", token_ids, table)
     index = torch.as_tensor(token_ids, dtype=torch.long).reshape(-1)
     expected = table[index]
@@ -465,7 +421,7 @@ def check_embed(student_embed: Callable, token_ids, table) -> None:
 
 def check_bytes_per_element(student_bytes_per_element: Callable, precision: str) -> None:
     """``student_bytes_per_element(precision)`` must be bits / 8 (fractional for int4)."""
-    _require_own(student_bytes_per_element, "bytes_per_element")
+    require_own_implementation(student_bytes_per_element, "bytes_per_element")
     got = _call(student_bytes_per_element, "bytes_per_element", precision)
     expected = BITS_PER_PRECISION[precision] / 8
     try:
@@ -486,7 +442,7 @@ def check_bytes_per_element(student_bytes_per_element: Callable, precision: str)
 def check_embedding_bytes(student_embedding_bytes: Callable, vocab_size: int, d_model: int,
                           bytes_per_element: float) -> None:
     """``student_embedding_bytes(vocab_size, d_model, bytes_per_element)`` = their product."""
-    _require_own(student_embedding_bytes, "embedding_bytes")
+    require_own_implementation(student_embedding_bytes, "embedding_bytes")
     got = _call(student_embedding_bytes, "embedding_bytes", vocab_size, d_model, bytes_per_element)
     expected = vocab_size * d_model * bytes_per_element
     try:
