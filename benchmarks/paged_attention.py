@@ -180,7 +180,6 @@ def build_inputs(shape, batch, context, block_size, dtype, device, seed):
 
 def gather_contiguous(k_cache, v_cache, block_tables, context):
     """Each sequence's K/V copied out of the pool: two ``[batch, num_kv_heads, context, head_dim]``."""
-    batch = block_tables.shape[0]
     blocks = block_tables.long()
 
     def gather(cache):
