@@ -16,25 +16,14 @@ import torch
 
 from course_lib.detokenizer import IncrementalDetokenizer
 from course_lib.engine import LLMEngine
-from course_lib.model import LlamaModel, ModelConfig, greedy_generate, random_weights
+from course_lib.model import LlamaModel, greedy_generate, random_weights
 from course_lib.model_runner import paged_decode_attention_torch
 from course_lib.paged import AllocatorProtocol, BlockAllocator
 from course_lib.sampling import SamplingParams
 from course_lib.scheduler import Scheduler, SchedulerConfig
+from tests.tiny_models import tiny_config
 
-TINY = ModelConfig(
-    num_layers=2,
-    hidden_size=32,
-    num_q_heads=4,
-    num_kv_heads=2,
-    head_dim=8,
-    vocab_size=300,
-    intermediate_size=64,
-    max_position_embeddings=256,
-    rope_theta=10000.0,
-    rms_norm_eps=1e-5,
-    eos_token_id=None,
-)
+TINY = tiny_config(vocab_size=300, max_position_embeddings=256, bos_token_id=None, eos_token_id=None)
 
 
 class ByteTokenizer:

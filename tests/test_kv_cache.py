@@ -13,27 +13,16 @@ import torch
 
 from course_lib.attention import flash_attention, naive_attention
 from course_lib.kv_cache import KVCache
-from course_lib.model import LlamaModel, ModelConfig, greedy_generate, random_weights
+from course_lib.model import LlamaModel, greedy_generate, random_weights
+from tests.tiny_models import tiny_config
 
 TINY_TOLERANCE = {"atol": 1e-5, "rtol": 1e-5}
 
 
 @pytest.fixture(scope="module")
 def tiny_model() -> LlamaModel:
-    config = ModelConfig(
-        num_layers=3,
-        hidden_size=32,
-        num_q_heads=6,
-        num_kv_heads=2,
-        head_dim=8,
-        vocab_size=60,
-        intermediate_size=48,
-        max_position_embeddings=128,
-        rope_theta=10000.0,
-        rms_norm_eps=1e-5,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
+    config = tiny_config(num_layers=3, num_q_heads=6, vocab_size=60, intermediate_size=48,
+                         max_position_embeddings=128)
     return LlamaModel(config, random_weights(config, seed=1)).eval()
 
 

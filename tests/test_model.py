@@ -20,6 +20,7 @@ from course_lib.model import (
     random_weights,
     undo_rotary_permutation,
 )
+from tests.tiny_models import tiny_config
 
 LOGITS_ATOL = 1e-4  # fp32, absolute
 
@@ -67,26 +68,6 @@ def hf_prompt_ids(hf_tokenizer, name: str) -> list[int]:
         text = PROMPTS[name]
     ids = hf_tokenizer(text, add_special_tokens=False).input_ids
     return ids[:300]
-
-
-def tiny_config(**overrides) -> ModelConfig:
-    sizes = dict(
-        num_layers=2,
-        hidden_size=32,
-        num_q_heads=4,
-        num_kv_heads=2,
-        head_dim=8,
-        vocab_size=50,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        rope_theta=10000.0,
-        rms_norm_eps=1e-5,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    sizes.update(overrides)
-    return ModelConfig(**sizes)
-
 
 @pytest.fixture(scope="module")
 def tiny_model() -> LlamaModel:
