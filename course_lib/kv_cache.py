@@ -21,7 +21,32 @@ from course_lib.attention import sdpa_attention
 if TYPE_CHECKING:
     from course_lib.model import ModelConfig
 
-__all__ = ["KVCache"]
+__all__ = ["KVCache", "kv_cache_bytes", "kv_cache_bytes_per_token"]
+
+
+def kv_cache_bytes_per_token(config: ModelConfig, dtype: torch.dtype = torch.float16) -> int:
+    """Bytes one token's keys and values take across all layers.
+
+    2 (a key and a value) x num_layers x num_kv_heads x head_dim x bytes per element. With grouped-query
+    attention only the KV heads count: the query heads share them. SmolLM2-135M in fp32:
+    2 x 30 x 3 x 64 x 4 = 46,080 bytes (45 KiB); Llama-3-8B in fp16: 2 x 32 x 8 x 128 x 2 = 128 KiB.
+    """
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype (e.g. torch.float16), got {dtype!r}")
+    element_size = torch.empty((), dtype=dtype).element_size()
+    return 2 * config.num_layers * config.num_kv_heads * config.head_dim * element_size
+
+
+def kv_cache_bytes(config: ModelConfig, seq_len: int, batch_size: int = 1, dtype: torch.dtype = torch.float16) -> int:
+    """Bytes of keys and values for ``batch_size`` sequences of ``seq_len`` tokens each.
+
+    Grows linearly in both: bytes per token x seq_len x batch_size. This is what the cache *holds*;
+    a contiguous cache reserves it for the longest length a request may reach (``KVCache.nbytes``).
+    """
+    for name, value in (("seq_len", seq_len), ("batch_size", batch_size)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    return kv_cache_bytes_per_token(config, dtype) * seq_len * batch_size
 
 
 class KVCache:

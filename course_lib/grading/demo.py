@@ -8,6 +8,11 @@ the bug it carries (``buggy-merge-order.py``)::
     ANSWERS = {"encode": "def encode(...): ..."}   # ...except these (keyed by answer grade_id)
     EXPECTED = {"01_tokenization": 18}             # points it must score (asserted by the tests)
 
+A demo student hands in the notebooks its ``EXPECTED`` names, like a student who submitted only the
+chapters done so far (the others are graded as missing); with no ``EXPECTED`` (``correct``,
+``blank``) it hands in every notebook of the lab. One bug per student, graded on the chapter it
+lives in, keeps ``make demo`` and the pipeline tests fast as labs grow.
+
 ``BASE = "release"`` starts from the untouched release stubs. A ``blank`` student (the release as
 handed out) is always added. ``course release`` writes the submissions to
 ``autograde/demo_submissions/<student>/<lab>/<notebook>.ipynb`` from the release it just built,
@@ -40,6 +45,10 @@ class DemoStudent:
     base: str = "solution"
     answers: dict[str, str] = field(default_factory=dict)
     expected: dict[str, float] = field(default_factory=dict)
+
+    def hands_in(self, notebook_name: str) -> bool:
+        """Whether this student's submission holds ``notebook_name`` (see the module docstring)."""
+        return not self.expected or notebook_name in self.expected
 
 
 def load_demo_students(specs_dir: Path) -> list[DemoStudent]:
@@ -104,7 +113,14 @@ def sync_demo_submissions(root: Path, labs: list[str], *, check: bool) -> list[D
             if not check:
                 shutil.rmtree(target_dir, ignore_errors=True)
                 target_dir.mkdir(parents=True)
-            for name in notebooks:
+            for key in sorted(set(student.expected) - set(notebooks)):
+                differences.append(Difference(str(DEMO_SPECS / lab / f"{student.name}.py"), "EXPECTED",
+                                              f"{key!r} is not a notebook of {lab}"))
+            handed_in = [name for name in notebooks if student.hands_in(name)]
+            if check and target_dir.is_dir():
+                for extra in sorted(p for p in target_dir.glob("*.ipynb") if p.stem not in handed_in):
+                    differences.append(Difference(str(extra.relative_to(root)), "file", "stale: not handed in by this student"))
+            for name in handed_in:
                 release_path = release_dir / f"{name}.ipynb"
                 if not release_path.is_file():
                     continue  # the release check reports the missing notebook

@@ -1,6 +1,5 @@
 """Demo student: every answer is the reference solution."""
 
-DESCRIPTION = "every answer is the reference solution: full marks, expected 23/23"
+DESCRIPTION = "every answer is the reference solution, every notebook handed in: full marks"
 BASE = "solution"
 ANSWERS = {}
-EXPECTED = {"01_tokenization": 23}
