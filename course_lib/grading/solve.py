@@ -2,7 +2,8 @@
 
 Each notebook runs in a fresh kernel inside a scratch copy of its lab folder, so nothing is
 written back into solutions/. Every cell that raises is reported by position, nbgrader id and
-error, and the run fails if there is any.
+error, and the run fails if there is any. A cell that writes to stderr fails too: a warning in the
+reference run would show up in every student's notebook, and the course promises a clean run.
 """
 
 from __future__ import annotations
@@ -48,6 +49,18 @@ def _error_summary(output) -> str:
     return f"{output.get('ename', 'Error')}: {first}".rstrip(": ")
 
 
+def _cell_problem(outputs) -> str | None:
+    """The error a cell raised, else what it wrote to stderr, else None."""
+    for output in outputs:
+        if output.get("output_type") == "error":
+            return _error_summary(output)
+    for output in outputs:
+        if output.get("output_type") == "stream" and output.get("name") == "stderr":
+            first_line = next((line for line in output.get("text", "").splitlines() if line.strip()), "")
+            return f"wrote to stderr: {first_line[:160]}"
+    return None
+
+
 def solve_notebook(path: Path, *, timeout: int = 600, on_cell: Callable[[int, int], None] | None = None) -> SolveResult:
     """Execute one solution notebook in a scratch copy of its folder; collect the failing cells."""
     notebook = nbformat.read(path, as_version=4)
@@ -77,10 +90,9 @@ def solve_notebook(path: Path, *, timeout: int = 600, on_cell: Callable[[int, in
                     except DeadKernelError:
                         failures.append(CellFailure(name, cell_label(cell, index), is_test, "the kernel died"))
                         break
-                    for output in cell.outputs:
-                        if output.get("output_type") == "error":
-                            failures.append(CellFailure(name, cell_label(cell, index), is_test, _error_summary(output)))
-                            break
+                    problem = _cell_problem(cell.outputs)
+                    if problem:
+                        failures.append(CellFailure(name, cell_label(cell, index), is_test, problem))
         finally:
             os.environ.clear()
             os.environ.update(saved_environment)
