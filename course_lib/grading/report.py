@@ -14,7 +14,7 @@ from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
-from course_lib.grading.results import PASSED, LabResult
+from course_lib.grading.results import MISSING, PASSED, LabResult
 
 # nbgrader's CSV export columns, in its order; `skipped_points` (GPU-only checks skipped on a
 # CPU, left out of max_score) is ours and comes last.
@@ -86,7 +86,12 @@ def score_table(results: list[LabResult]) -> str:
 def _notes(result: LabResult) -> str:
     """E.g. "2 failed, 1 timeout" or "01_tokenization malformed"."""
     counts: Counter[str] = Counter()
+    missing = [notebook for notebook in result.notebooks if notebook.status == MISSING]
+    if missing:
+        counts[f"handed in {len(result.notebooks) - len(missing)} of {len(result.notebooks)} notebooks"] += 1
     for notebook in result.notebooks:
+        if notebook.status == MISSING:
+            continue
         if notebook.status != "graded":
             counts[f"{notebook.name} {notebook.status}"] += 1
             continue

@@ -1,0 +1,39 @@
+"""Small pure-Python parts of the grading pipeline, tested without running a notebook."""
+
+from __future__ import annotations
+
+from course_lib.grading.demo import DemoStudent
+from course_lib.grading.report import score_table
+from course_lib.grading.results import FAILED, MISSING, PASSED, CellResult, LabResult, NotebookResult
+from course_lib.grading.solve import _cell_problem
+
+
+def test_solve_reports_an_error_before_stderr():
+    outputs = [{"output_type": "stream", "name": "stderr", "text": "UserWarning: x\n"},
+               {"output_type": "error", "ename": "ValueError", "evalue": "bad shape\nmore"}]
+    assert _cell_problem(outputs) == "ValueError: bad shape"
+
+
+def test_solve_fails_a_cell_that_writes_to_stderr():
+    outputs = [{"output_type": "stream", "name": "stdout", "text": "fine\n"},
+               {"output_type": "stream", "name": "stderr", "text": "\n  100%|####| 3/3\n"}]
+    assert _cell_problem(outputs) == "wrote to stderr:   100%|####| 3/3"
+
+
+def test_solve_accepts_stdout_only():
+    assert _cell_problem([{"output_type": "stream", "name": "stdout", "text": "ok\n"}]) is None
+
+
+def test_score_table_summarizes_notebooks_not_handed_in():
+    handed_in = NotebookResult("01_a", "graded", cells=[CellResult("t1", 2, 2, PASSED), CellResult("t2", 0, 1, FAILED)])
+    missing = [NotebookResult(f"0{i}_b", "missing", cells=[CellResult("t", 0, 3, MISSING)]) for i in (2, 3)]
+    table = score_table([LabResult("ada", "lab01", [handed_in, *missing])])
+    assert "handed in 1 of 3 notebooks, failed" in table
+    assert "2/9" in table
+
+
+def test_a_demo_student_hands_in_the_notebooks_its_expected_names():
+    partial = DemoStudent("buggy-x", "", expected={"02_b": 3})
+    assert partial.hands_in("02_b") and not partial.hands_in("01_a")
+    everything = DemoStudent("correct", "")
+    assert everything.hands_in("01_a") and everything.hands_in("02_b")
