@@ -188,7 +188,7 @@ def check_naive_attention(
     extras = "" if scale is None else f", scale={scale}"
     call = _describe_call("naive_attention", q, k, extras)
     kwargs = {} if scale is None else {"scale": scale}
-    got = run_student(student_naive_attention, call, q.clone(), k.clone(), v.clone(), **kwargs)
+    got = _run_own_attention(student_naive_attention, call, q.clone(), k.clone(), v.clone(), **kwargs)
     _check_output(got, sdpa_reference(q, k, v, scale), call, q, k, v, scale)
 
 
@@ -209,7 +209,7 @@ def check_flash_attention(
         kwargs["scale"] = scale
     extras = "".join(f", {key}={value}" for key, value in kwargs.items())
     call = _describe_call("flash_attention", q, k, extras)
-    got = run_student(student_flash_attention, call, q.clone(), k.clone(), v.clone(), **kwargs)
+    got = _run_own_attention(student_flash_attention, call, q.clone(), k.clone(), v.clone(), **kwargs)
     expected = sdpa_reference(q, k, v, scale)
     hint = None
     if isinstance(got, torch.Tensor) and got.shape == expected.shape and not _close(got, expected):
@@ -233,9 +233,11 @@ class _LargestTensor(TorchFunctionMode):
         super().__init__()
         self.largest_elements = 0
         self.description = ""
+        self.functions_called: set[str] = set()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         result = func(*args, **(kwargs or {}))
+        self.functions_called.add(getattr(func, "__name__", ""))
         outputs = result if isinstance(result, (tuple, list)) else (result,)
         for output in outputs:
             if isinstance(output, torch.Tensor) and output.element_size() > 0:
@@ -254,6 +256,17 @@ def largest_tensor_during(function: Callable, *args: Any, **kwargs: Any) -> tupl
     with tracker:
         result = function(*args, **kwargs)
     return result, tracker.largest_elements, tracker.description
+
+
+def _run_own_attention(student_function: Callable, call: str, *args: Any, **kwargs: Any) -> Any:
+    """Run the student's attention; fail if it hands the work to torch's fused attention."""
+    tracker = _LargestTensor()
+    with tracker:
+        result = run_student(student_function, call, *args, **kwargs)
+    if "scaled_dot_product_attention" in tracker.functions_called:
+        fail(f"{call} calls torch's scaled_dot_product_attention, the function it is checked against",
+             hint="compute the scores, the mask, the softmax and the weighted sum yourself.", show_values=False)
+    return result
 
 
 def check_flash_attention_memory(

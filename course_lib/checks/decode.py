@@ -1,0 +1,278 @@
+"""Checks for Lab 0.2, chapter 3 (decode): one-query attention over a cache, a KV cache the model
+calls, greedy generation with it, and the FLOPs and bytes of a decode step.
+
+- ``decode_attention`` is compared with ``torch.nn.functional.scaled_dot_product_attention``
+  (relative 1e-4, absolute 1e-5 for fp32, as in chapter 2).
+- The student's cache class is fed the same q/k/v as the course's ``KVCache`` (a prompt, then one
+  token at a time, layer by layer) and must return the same outputs.
+- The student's ``generate`` runs the real model (SmolLM2, or a small random model) with the
+  student's cache and must produce exactly the tokens of ``course_lib.model.greedy_generate``;
+  a thin wrapper around the model records what each forward call received, so the check can
+  also say whether only the new token was fed and whether the student's cache was used.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from course_lib import roofline
+from course_lib.checks import fail, register_reference_names, require_own_implementation, short_repr
+from course_lib.checks.attention import ATOL, RTOL, random_qkv, run_student
+from course_lib.kv_cache import KVCache
+from course_lib.model import LlamaModel, ModelConfig, greedy_generate, load_smollm2, random_weights
+
+__all__ = [
+    "check_decode_attention",
+    "check_decode_cache",
+    "check_decode_step_cost",
+    "check_generate",
+    "smollm2_model",
+    "tiny_model",
+]
+
+register_reference_names("KVCache", "greedy_generate", "forward_cost", "decode_attention")
+
+
+def _close(got: torch.Tensor, expected: torch.Tensor) -> bool:
+    return got.shape == expected.shape and torch.allclose(got, expected, rtol=RTOL, atol=ATOL)
+
+
+def _sdpa_one_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> torch.Tensor:
+    """q [num_q_heads, head_dim] over k/v [kv_len, num_kv_heads, head_dim] by torch SDPA -> [num_q_heads, head_dim]."""
+    group_size = q.shape[0] // k.shape[1]
+    keys = k.repeat_interleave(group_size, dim=1).transpose(0, 1)  # [heads, kv_len, head_dim]
+    values = v.repeat_interleave(group_size, dim=1).transpose(0, 1)
+    return F.scaled_dot_product_attention(q[:, None], keys, values, scale=scale)[:, 0]
+
+
+# ---------------------------------------------------------------------------------------------
+# (a) attention of one new token over the cache
+# ---------------------------------------------------------------------------------------------
+
+
+def check_decode_attention(
+    student_decode_attention: Callable, kv_len: int, num_q_heads: int, num_kv_heads: int, head_dim: int,
+    *, seed: int = 0, scale: float | None = None,
+) -> None:
+    """``student_decode_attention(q, k_cache, v_cache, scale=...)`` with q [num_q_heads, head_dim] and
+    caches [kv_len, num_kv_heads, head_dim] must match torch SDPA (no mask: the new token is the last one)."""
+    require_own_implementation(student_decode_attention, "decode_attention")
+    q, k, v = random_qkv(1, kv_len, num_q_heads, num_kv_heads, head_dim, seed=seed)
+    q = q[0]
+    call = (f"decode_attention(q {list(q.shape)}, k_cache/v_cache {list(k.shape)}"
+            f"{'' if scale is None else f', scale={scale}'})")
+    kwargs = {} if scale is None else {"scale": scale}
+    got = run_student(student_decode_attention, call, q.clone(), k.clone(), v.clone(), **kwargs)
+    expected = _sdpa_one_query(q, k, v, scale)
+    if not isinstance(got, torch.Tensor):
+        fail(f"{call} must return a torch.Tensor", expected="Tensor", got=type(got).__name__)
+    if tuple(got.shape) != tuple(expected.shape):
+        fail(f"{call} returned the wrong shape", expected=tuple(expected.shape), got=tuple(got.shape),
+             hint="one output vector per query head: [num_q_heads, head_dim].")
+    if _close(got, expected):
+        return
+    hint = "scores = q . k * scale for every cached key, softmax over the keys, then the weighted sum of values."
+    if 1 < num_kv_heads < num_q_heads:
+        tiled = torch.arange(num_q_heads) % num_kv_heads
+        keys, values = k[:, tiled].transpose(0, 1), v[:, tiled].transpose(0, 1)
+        wrong = F.scaled_dot_product_attention(q[:, None], keys, values, scale=scale)[:, 0]
+        if _close(got, wrong):
+            hint = ("query head h reads kv head h // group_size (heads 0..group_size-1 share kv head 0); "
+                    "view q as [num_kv_heads, group_size, head_dim], not [group_size, num_kv_heads, head_dim].")
+    if scale is None and _close(got, _sdpa_one_query(q, k, v, 1.0)):
+        hint = "multiply the scores by 1 / sqrt(head_dim) when scale is None."
+    error = (got - expected).abs()
+    fail(f"{call} differs from torch's scaled_dot_product_attention by up to {float(error.max()):.3g} "
+         f"(tolerance: relative {RTOL:g}, absolute {ATOL:g})",
+         expected=expected[0, :4].tolist(), got=got[0, :4].tolist(), hint=hint)
+
+
+# ---------------------------------------------------------------------------------------------
+# (b) the cache the model calls
+# ---------------------------------------------------------------------------------------------
+
+
+def _small_config(num_layers: int, num_q_heads: int, num_kv_heads: int, head_dim: int, max_len: int) -> ModelConfig:
+    return ModelConfig(num_layers=num_layers, hidden_size=num_q_heads * head_dim, num_q_heads=num_q_heads,
+                       num_kv_heads=num_kv_heads, head_dim=head_dim, vocab_size=64, intermediate_size=32,
+                       max_position_embeddings=max_len, rope_theta=10000.0, rms_norm_eps=1e-5)
+
+
+def check_decode_cache(
+    student_cache_class: type, prompt_len: int, num_decode_steps: int, *, num_layers: int = 2,
+    num_q_heads: int = 4, num_kv_heads: int = 2, head_dim: int = 8, seed: int = 0,
+) -> None:
+    """``student_cache_class(num_layers, max_seq_len, num_kv_heads, head_dim)`` must behave like KVCache:
+    ``attend(layer_index, q, k, v)`` for a prompt (every layer), then for one token at a time, returns
+    the same outputs as the reference, and ``seq_len`` counts the tokens stored."""
+    require_own_implementation(student_cache_class, "DecodeCache")
+    max_seq_len = prompt_len + num_decode_steps
+    config = _small_config(num_layers, num_q_heads, num_kv_heads, head_dim, max_seq_len)
+    name = f"DecodeCache({num_layers}, {max_seq_len}, {num_kv_heads}, {head_dim})"
+    cache = run_student(student_cache_class, name, num_layers, max_seq_len, num_kv_heads, head_dim)
+    reference = KVCache(config, max_seq_len)
+    generator = torch.Generator().manual_seed(seed)
+    steps = [prompt_len] + [1] * num_decode_steps
+    for step, num_tokens in enumerate(steps):
+        what = "the prompt" if step == 0 else f"decode step {step}"
+        for layer in range(num_layers):
+            q = torch.randn(num_tokens, num_q_heads, head_dim, generator=generator)
+            k = torch.randn(num_tokens, num_kv_heads, head_dim, generator=generator)
+            v = torch.randn(num_tokens, num_kv_heads, head_dim, generator=generator)
+            call = f"{name}.attend({layer}, q {list(q.shape)}, k/v {list(k.shape)}) for {what}"
+            got = run_student(cache.attend, call, layer, q.clone(), k.clone(), v.clone())
+            expected = reference.attend(layer, q, k, v)
+            if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(expected.shape):
+                fail(f"{call} returned the wrong shape", expected=tuple(expected.shape),
+                     got=tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__,
+                     hint="attend returns [num_tokens, num_q_heads, head_dim], like q.")
+            if _close(got, expected):
+                continue
+            hint = ("store k and v at this layer's current length, then attend over everything this layer "
+                    "stored so far (its own keys only: each layer has its own cache).")
+            if step > 0:
+                earlier = prompt_len + step - 1  # tokens this layer held before this step
+                stored, stored_values = reference.keys[layer][:earlier], reference.values[layer][:earlier]
+                without_new = _sdpa_one_query(q[0], stored, stored_values, None)[None]
+                if _close(got, without_new):
+                    hint = ("the new token's own key and value are missing: append k and v to the cache BEFORE "
+                            "attending, so the new query also sees itself.")
+            fail(f"{call} differs from the reference KV cache by up to {float((got - expected).abs().max()):.3g}",
+                 expected=expected.flatten()[:4].tolist(), got=got.flatten()[:4].tolist(), hint=hint)
+        seq_len = getattr(cache, "seq_len", None)
+        if seq_len != reference.seq_len:
+            fail(f"{name}.seq_len after {what} (all {num_layers} layers)", expected=reference.seq_len, got=seq_len,
+                 hint="seq_len is the number of tokens stored (in the last layer), prompt included.")
+
+
+# ---------------------------------------------------------------------------------------------
+# (c) greedy generation through the real model
+# ---------------------------------------------------------------------------------------------
+
+
+class _RecordingModel:
+    """Wraps a LlamaModel; records the number of tokens, the positions and the attention context
+    of every forward call, then runs the real model."""
+
+    def __init__(self, model: LlamaModel) -> None:
+        self._model = model
+        self.config = model.config
+        self.calls: list[tuple[int, list[int] | None, Any]] = []
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._model.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self._model.device
+
+    def __call__(self, input_ids, positions=None, attention=None, logits_indices=None):
+        positions_list = None if positions is None else [int(p) for p in torch.as_tensor(positions).flatten()]
+        self.calls.append((int(torch.as_tensor(input_ids).numel()), positions_list, attention))
+        return self._model(input_ids, positions, attention, logits_indices)
+
+    forward = __call__
+
+
+def tiny_model(seed: int = 0) -> LlamaModel:
+    """A 2-layer random-weight Llama (hidden 32, 4 query / 2 kv heads of 8, vocab 96) for fast checks."""
+    config = ModelConfig(num_layers=2, hidden_size=32, num_q_heads=4, num_kv_heads=2, head_dim=8, vocab_size=96,
+                         intermediate_size=64, max_position_embeddings=256, rope_theta=10000.0, rms_norm_eps=1e-5)
+    weights = random_weights(config, seed=seed)
+    weights["embed_tokens"] = weights["embed_tokens"] * 8  # sharper logits: no near-ties between tokens
+    return LlamaModel(config, weights).eval()
+
+
+def check_generate(
+    student_generate: Callable, model: LlamaModel, prompt_ids: list[int], max_new_tokens: int
+) -> None:
+    """``student_generate(model, prompt_ids, max_new_tokens)`` must return the tokens of greedy decoding
+    with the course's KV cache, feeding the prompt once and then one token per forward call through
+    the student's own cache."""
+    require_own_implementation(student_generate, "generate")
+    recording = _RecordingModel(model)
+    call = f"generate(model, {short_repr(list(prompt_ids))}, max_new_tokens={max_new_tokens})"
+    with torch.inference_mode():
+        got = run_student(student_generate, call, recording, list(prompt_ids), max_new_tokens)
+    expected = greedy_generate(model, prompt_ids, max_new_tokens)
+    if not isinstance(got, list) or not all(isinstance(token, int) for token in got):
+        fail(f"{call} must return a list of ints (the new token ids)", expected="list[int]",
+             got=short_repr(got))
+    contexts = [attention for _, _, attention in recording.calls]
+    if any(context is None for context in contexts):
+        fail(f"{call} called the model without an attention context", expected="model(ids, positions, cache)",
+             got="model(ids, ...) with attention=None",
+             hint="pass your DecodeCache as the model's `attention` argument, so each layer stores its keys there.")
+    for context in contexts:
+        module = type(context).__module__ or ""
+        if module.startswith("course_lib"):
+            fail(f"{call} used the course's {type(context).__name__} instead of your DecodeCache",
+                 expected="your DecodeCache", got=type(context).__name__, hint="create a DecodeCache and pass it.")
+    later_sizes = [num_tokens for num_tokens, _, _ in recording.calls[1:]]
+    if any(size != 1 for size in later_sizes):
+        fail(f"{call}: after the prompt, every forward call must run exactly one new token",
+             expected=[1] * len(later_sizes), got=later_sizes,
+             hint="the cache holds every earlier token's keys and values; feed only the token just generated.")
+    if got == expected:
+        return
+    index = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+    hint = "greedy: the next token is the argmax of the last row of logits; stop after eos or max_new_tokens."
+    expected_positions = list(range(len(prompt_ids), len(prompt_ids) + len(later_sizes)))
+    got_positions = [positions[0] if positions else None for _, positions, _ in recording.calls[1:]]
+    if got_positions != expected_positions:
+        hint = (f"the positions passed with the new tokens were {got_positions[:6]}..., expected "
+                f"{expected_positions[:6]}...: a new token's position is the number of tokens before it "
+                "(RoPE rotates its query and key by that position).")
+    elif len(got) != len(expected) and got[:len(expected)] == expected[:len(got)]:
+        hint = (f"the tokens agree but you returned {len(got)} of them, the reference {len(expected)}: stop after "
+                "max_new_tokens tokens, or right after the eos token (included).")
+    fail(f"{call}: generated tokens differ from greedy decoding with the reference first at index {index}",
+         expected=expected, got=got, hint=hint)
+
+
+# ---------------------------------------------------------------------------------------------
+# (d) FLOPs and bytes of one decode step
+# ---------------------------------------------------------------------------------------------
+
+
+def check_decode_step_cost(
+    student_decode_step_cost: Callable, config: ModelConfig, batch_size: int, context_len: int,
+    bytes_per_element: float,
+) -> None:
+    """``student_decode_step_cost(config, batch_size, context_len, bytes_per_element)`` -> (flops, bytes)
+    of one decode step of ``batch_size`` sequences with ``context_len`` tokens each (the new one included)."""
+    require_own_implementation(student_decode_step_cost, "decode_step_cost")
+    call = f"decode_step_cost(config, batch_size={batch_size}, context_len={context_len}, {bytes_per_element})"
+    got = run_student(student_decode_step_cost, call, config, batch_size, context_len, bytes_per_element)
+    expected = roofline.forward_cost(config, batch_size, 1, context_len, bytes_per_element)
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        fail(f"{call} must return a pair (flops, bytes)", expected="(flops, bytes)", got=short_repr(got))
+    hints = {
+        "flops": "per layer: the seven linear layers over batch_size tokens (2 * B * in * out each) plus attention "
+                 "per sequence (4 * context_len * num_q_heads * head_dim); times num_layers; plus the lm_head "
+                 "(2 * B * hidden * vocab).",
+        "bytes": "weights once per step (not per sequence), inputs and outputs per token, and per sequence the "
+                 "attention traffic (2 * (num_q_heads + context_len * num_kv_heads) * head_dim numbers); times "
+                 "num_layers; plus the lm_head's weights, inputs and outputs.",
+    }
+    for index, (part, value) in enumerate((("flops", expected.flops), ("bytes", expected.bytes))):
+        try:
+            ok = math.isclose(float(got[index]), value, rel_tol=1e-9)
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            fail(f"{call}: wrong number of {part}", expected=value, got=got[index], hint=hints[part])
+
+
+
+@lru_cache(maxsize=1)
+def smollm2_model() -> LlamaModel:
+    """SmolLM2-135M-Instruct (fp32, CPU), loaded once per process."""
+    model, _ = load_smollm2()
+    return model
