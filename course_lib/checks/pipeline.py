@@ -1,0 +1,727 @@
+"""Checks for Lab 0.1, chapter 5 (the pipeline): request states, the allocator, the scheduler, the engine.
+
+The student writes four things, checked here against :mod:`course_lib.scheduler` and :mod:`course_lib.paged`:
+
+- ``move(request, new_status)``: one step of the request state machine (illegal moves raise ValueError);
+- ``BlockAllocator(num_blocks, block_size)`` (pasted from chapter 4): run in lockstep with the reference
+  allocator (without prefix caching) on the same operations;
+- a scheduler class ``scheduler_cls(config, allocator)`` following ``SchedulerProtocol``: first come, first
+  served, whole prompts (no chunking), decodes before admissions, preemption by recompute of the newest
+  running request when a decode finds no free block. It is run on hand-made situations whose right answer
+  is written out in the scenario, and (hidden) on random workloads with a fake model;
+- and, at the end, both classes inside ``LLMEngine`` serving SmolLM2, compared with the reference engine.
+
+The scheduler checks give the student's scheduler the *reference* allocator, so a bug in the allocator
+costs only the allocator's cells and the engine's.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from course_lib.checks import CheckFailed, check, fail, register_reference_names, require_own_implementation, short_repr
+from course_lib.paged import AllocatorProtocol, OutOfBlocksError
+from course_lib.paged import BlockAllocator as ReferenceAllocator
+from course_lib.scheduler import Request, RequestStatus, SchedulerConfig, SchedulerOutput, SchedulerProtocol
+
+__all__ = [
+    "EOS",
+    "FakeParams",
+    "SCHEDULER_SCENARIOS",
+    "check_allocator_interface",
+    "check_allocator_random",
+    "check_engine_matches_reference",
+    "check_move",
+    "check_move_all_pairs",
+    "check_scheduler_random",
+    "check_scheduler_scenario",
+    "chat_prompts",
+    "make_request",
+]
+
+register_reference_names("BlockAllocator", "Scheduler", "set_status", "stop_status", "LLMEngine")
+
+EOS = 0
+"""The end-of-sequence id of the fake requests the scheduler checks make."""
+
+_FINISHED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH, RequestStatus.FINISHED_ABORTED)
+_LEGAL = {
+    RequestStatus.WAITING: {RequestStatus.RUNNING, RequestStatus.FINISHED_ABORTED},
+    RequestStatus.RUNNING: {RequestStatus.PREEMPTED, *_FINISHED},
+    RequestStatus.PREEMPTED: {RequestStatus.RUNNING, RequestStatus.FINISHED_ABORTED},
+}
+
+
+@dataclass(frozen=True)
+class FakeParams:
+    """The fields of SamplingParams a scheduler reads."""
+
+    max_tokens: int = 4
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+
+def make_request(request_id: Any, num_prompt_tokens: int, max_tokens: int = 4, **params) -> Request:
+    """A fresh WAITING request with a prompt of ``num_prompt_tokens`` ids in 1..50 (never EOS)."""
+    prompt = [1 + (len(str(request_id)) * 7 + i) % 50 for i in range(num_prompt_tokens)]
+    return Request(request_id, prompt, FakeParams(max_tokens=max_tokens, **params), eos_token_id=EOS)
+
+
+def _call(function: Callable, name: str, *args: Any, copy_args: bool = True) -> Any:
+    """Call the student's code; a crash becomes a CheckFailed naming the call (NotImplementedError passes)."""
+    arguments = copy.deepcopy(args) if copy_args else args
+    try:
+        return function(*arguments)
+    except (NotImplementedError, CheckFailed):
+        raise
+    except Exception as error:
+        hint = "read the traceback above this message; it points at the line in your answer."
+        if isinstance(error, OutOfBlocksError):
+            hint = ("the pool had no room: ask allocator.can_allocate(token_ids) before allocate, and "
+                    "allocator.can_append(request_id) before append_slot (preempt when it says no).")
+        raise CheckFailed(f"{name} raised {type(error).__name__}: {error}\n  hint: {hint}") from error
+
+
+# ---------------------------------------------------------------------------------------------
+# The state machine
+# ---------------------------------------------------------------------------------------------
+
+
+def _try_move(move: Callable, old: RequestStatus, new: RequestStatus) -> tuple[bool, RequestStatus, Exception | None]:
+    """(raised ValueError?, status afterwards, other exception) for one move from ``old`` to ``new``."""
+    request = make_request("r", 3)
+    request.status = old
+    try:
+        move(request, new)
+    except NotImplementedError:
+        raise
+    except ValueError:
+        return True, request.status, None
+    except Exception as error:  # noqa: BLE001 - reported as feedback below
+        return False, request.status, error
+    return False, request.status, None
+
+
+def check_move(move: Callable, old: RequestStatus, new: RequestStatus) -> None:
+    """``move(request, new)`` from status ``old``: a legal move sets the status, an illegal one raises ValueError."""
+    require_own_implementation(move, "move")
+    raised, after, other = _try_move(move, old, new)
+    legal = new in _LEGAL.get(old, set())
+    where = f"move(request, {new.name}) on a request in state {old.name}"
+    if other is not None:
+        fail(f"{where} raised {type(other).__name__}: {other}", expected="ValueError for an illegal move",
+             got=type(other).__name__, hint="signal an illegal move with raise ValueError(...), nothing else.")
+    if legal:
+        if raised:
+            fail(f"{where} raised ValueError, but {old.name} -> {new.name} is a legal move.",
+                 expected=new.name, got="ValueError",
+                 hint="look at the diagram of section 1 again: which arrows leave " + old.name + "?")
+        if after is not new:
+            fail(f"{where}: the status did not change.", expected=new.name, got=after.name,
+                 hint="after checking, set request.status = new_status.")
+    else:
+        if not raised:
+            fail(f"{where} should raise ValueError: {old.name} -> {new.name} is not a legal move.",
+                 expected="ValueError", got=f"no error, status now {after.name}",
+                 hint="finished requests never move again, and a waiting request can only start running or be cancelled.")
+        if after is not old:
+            fail(f"{where} raised ValueError but changed the status anyway.", expected=old.name, got=after.name,
+                 hint="check first, then assign: an illegal move must leave the request as it was.")
+
+
+def check_move_all_pairs(move: Callable) -> None:
+    """Every (old, new) pair of states, legal and illegal."""
+    for old in RequestStatus:
+        for new in RequestStatus:
+            check_move(move, old, new)
+
+
+# ---------------------------------------------------------------------------------------------
+# The allocator, in lockstep with the reference (no prefix caching)
+# ---------------------------------------------------------------------------------------------
+
+
+def _build_allocator(allocator_cls: type, num_blocks: int, block_size: int):
+    require_own_implementation(allocator_cls, "BlockAllocator")
+    allocator = _call(allocator_cls, f"BlockAllocator(num_blocks={num_blocks}, block_size={block_size})",
+                      num_blocks, block_size)
+    missing = [name for name in ("block_size", "num_blocks", "num_free_blocks", "blocks_needed", "can_allocate",
+                                 "allocate", "can_append", "append_slot", "mark_computed", "free", "block_table",
+                                 "fork", "slot") if not hasattr(allocator, name)]
+    if missing:
+        fail("your BlockAllocator lacks members the engine (or this chapter) uses: " + ", ".join(missing),
+             hint="paste the whole class from chapter 4; it must have every member of course_lib.paged.AllocatorProtocol, "
+                  "plus fork and slot.", show_values=False)
+    check(isinstance(allocator, AllocatorProtocol), "your BlockAllocator does not satisfy AllocatorProtocol.")
+    if allocator.num_blocks != num_blocks or allocator.block_size != block_size:
+        fail("BlockAllocator(num_blocks, block_size) should keep its arguments as .num_blocks and .block_size.",
+             expected=(num_blocks, block_size), got=(allocator.num_blocks, allocator.block_size))
+    return allocator
+
+
+class _Lockstep:
+    """Runs the same operations on the student's allocator and the reference, comparing what can be compared.
+
+    Block *ids* may differ (any free block is a right answer); counts, table lengths, copy-on-write
+    decisions and the answers of the can_* questions may not.
+    """
+
+    def __init__(self, allocator_cls: type, num_blocks: int, block_size: int) -> None:
+        self.student = _build_allocator(allocator_cls, num_blocks, block_size)
+        self.reference = ReferenceAllocator(num_blocks, block_size, enable_prefix_caching=False)
+        self.block_size = block_size
+        self.log: list[str] = []
+        self.lengths: dict[Any, int] = {}
+
+    def _where(self) -> str:
+        recent = self.log[-6:]
+        return "after: " + "; ".join(recent) if recent else "on a new allocator"
+
+    def _expect(self, got: Any, expected: Any, what: str, hint: str) -> None:
+        if got != expected:
+            fail(f"{what} ({self._where()})", expected=expected, got=got, hint=hint)
+
+    def _student(self, method: str, *args: Any) -> Any:
+        call = f"{method}({', '.join(short_repr(a) for a in args)})"
+        return _call(getattr(self.student, method), f"{call} ({self._where()})", *args, copy_args=False)
+
+    def compare_state(self) -> None:
+        self._expect(self._student_free(), self.reference.num_free_blocks, "num_free_blocks",
+                     "a block returns to the pool only when no sequence holds it any more (ref count 0).")
+        held: dict[int, list[Any]] = {}
+        for seq_id, length in self.lengths.items():
+            table = list(self._student("block_table", seq_id))
+            self._expect(len(table), self.reference.blocks_needed(length),
+                         f"len(block_table({seq_id!r})) for a sequence of {length} tokens",
+                         "a sequence of n tokens holds ceil(n / block_size) blocks: a new block only when the last is full.")
+            for block in table:
+                if not (isinstance(block, int) and 0 <= block < self.reference.num_blocks):
+                    fail(f"block_table({seq_id!r}) holds {block!r}, not a block id in [0, {self.reference.num_blocks}) "
+                         f"({self._where()})", hint="block ids are the integers 0 .. num_blocks - 1.", show_values=False)
+                held.setdefault(block, []).append(seq_id)
+            for position in {0, length - 1, length // 2}:
+                slot = self._student("slot", seq_id, position)
+                expected = table[position // self.block_size] * self.block_size + position % self.block_size
+                self._expect(slot, expected, f"slot({seq_id!r}, {position})",
+                             "slot = block_table[position // block_size] * block_size + position % block_size.")
+        self._expect(len(held), self.reference.num_blocks - self.reference.num_free_blocks,
+                     "number of distinct blocks in all block tables",
+                     "two sequences share a block only after fork; a fresh allocation must take free blocks.")
+
+    def _student_free(self) -> int:
+        try:
+            return self.student.num_free_blocks
+        except Exception as error:  # noqa: BLE001
+            raise CheckFailed(f"num_free_blocks raised {type(error).__name__}: {error}") from error
+
+    def allocate(self, seq_id: Any, num_tokens: int) -> None:
+        token_ids = list(range(1, num_tokens + 1))
+        fits = self.reference.can_allocate(token_ids)
+        self._expect(bool(self._student("can_allocate", token_ids)), fits,
+                     f"can_allocate({num_tokens} tokens) with {self.reference.num_free_blocks} free blocks",
+                     "a sequence of n tokens needs ceil(n / block_size) blocks; compare with num_free_blocks.")
+        if not fits:
+            return
+        cached = self._student("allocate", seq_id, token_ids)
+        self._expect(cached, 0, f"allocate({seq_id!r}, {num_tokens} tokens) return value",
+                     "without prefix caching no token is ever cached: return 0.")
+        self.reference.allocate(seq_id, token_ids)
+        self.lengths[seq_id] = num_tokens
+        self.log.append(f"allocate({seq_id!r}, {num_tokens} tokens)")
+
+    def append(self, seq_id: Any) -> None:
+        can = self.reference.can_append(seq_id)
+        self._expect(bool(self._student("can_append", seq_id)), can, f"can_append({seq_id!r}) at length "
+                     f"{self.lengths[seq_id]} with {self.reference.num_free_blocks} free blocks",
+                     "one more token needs a new block when the last block is full, or shared with another sequence.")
+        if not can:
+            return
+        old_last = list(self._student("block_table", seq_id))[-1]
+        copy_pair = self._student("append_slot", seq_id)
+        expected_copy = self.reference.append_slot(seq_id)
+        self.lengths[seq_id] += 1
+        self.log.append(f"append_slot({seq_id!r})")
+        if expected_copy is None:
+            self._expect(copy_pair, None, f"append_slot({seq_id!r}) return value",
+                         "return a (src, dst) pair only when the last block was shared (after fork) and had to be copied.")
+        else:
+            new_last = list(self._student("block_table", seq_id))[-1]
+            self._expect(copy_pair, (old_last, new_last),
+                         f"append_slot({seq_id!r}) on a shared, partly filled last block",
+                         "copy-on-write: take a fresh block, put it last in this table, drop one reference to the "
+                         "shared block, and return (shared block, fresh block).")
+
+    def fork(self, parent: Any, child: Any) -> None:
+        self._student("fork", parent, child)
+        self.reference.fork(parent, child)
+        self.lengths[child] = self.lengths[parent]
+        self.log.append(f"fork({parent!r}, {child!r})")
+        self._expect(list(self._student("block_table", child)), list(self._student("block_table", parent)),
+                     f"block_table({child!r}) right after fork({parent!r}, {child!r})",
+                     "a fork shares every block of the parent (ref count + 1), nothing is copied yet.")
+
+    def free(self, seq_id: Any) -> None:
+        self._student("free", seq_id)
+        self.reference.free(seq_id)
+        del self.lengths[seq_id]
+        self.log.append(f"free({seq_id!r})")
+
+
+def check_allocator_interface(allocator_cls: type) -> None:
+    """A short scripted life: allocate, append across a block boundary, fork, copy-on-write, free."""
+    run = _Lockstep(allocator_cls, num_blocks=6, block_size=4)
+    blocks_needed = run.student.blocks_needed
+    for num_tokens in (0, 1, 4, 5, 16):
+        got = _call(blocks_needed, f"blocks_needed({num_tokens})", num_tokens)
+        if got != -(-num_tokens // 4):
+            fail(f"blocks_needed({num_tokens}) with block_size 4", expected=-(-num_tokens // 4), got=got,
+                 hint="ceil(num_tokens / block_size), e.g. -(-num_tokens // block_size).")
+    run.compare_state()
+    run.allocate("a", 6)
+    run.compare_state()
+    _call(run.student.mark_computed, "mark_computed('a', tokens, 6)", "a", list(range(1, 7)), 6)
+    for _ in range(3):  # 7th and 8th token fill block 2; the 9th needs a third block
+        run.append("a")
+        run.compare_state()
+    run.allocate("b", 13)  # 4 blocks: does not fit in the 3 left
+    run.allocate("b", 10)  # 3 blocks: fits exactly
+    run.compare_state()
+    for _ in range(3):  # 11th and 12th token fit b's last block; the 13th needs a block and none is free
+        run.append("b")
+    run.compare_state()
+    run.free("b")
+    run.compare_state()
+    run.fork("a", "a2")
+    run.compare_state()
+    run.append("a2")  # a2's last block (1 of 4 used) is shared: copy-on-write
+    run.compare_state()
+    run.append("a")  # a's last block is no longer shared: no copy
+    run.compare_state()
+    run.free("a")
+    run.free("a2")
+    run.compare_state()
+
+
+def check_allocator_random(allocator_cls: type, seed: int, num_ops: int = 300, num_blocks: int = 12,
+                           block_size: int = 4) -> None:
+    """Random allocate / append / fork / free operations, compared with the reference after each one."""
+    rng = random.Random(seed)
+    run = _Lockstep(allocator_cls, num_blocks, block_size)
+    next_id = 0
+    for _ in range(num_ops):
+        live = list(run.lengths)
+        choice = rng.random()
+        if not live or choice < 0.25:
+            run.allocate(f"s{next_id}", rng.randint(1, 3 * block_size))
+            next_id += 1
+        elif choice < 0.7:
+            run.append(rng.choice(live))
+        elif choice < 0.8:
+            run.fork(rng.choice(live), f"s{next_id}")
+            next_id += 1
+        else:
+            run.free(rng.choice(live))
+        run.compare_state()
+    for seq_id in list(run.lengths):
+        run.free(seq_id)
+    run.compare_state()
+
+
+# ---------------------------------------------------------------------------------------------
+# The scheduler on hand-made situations
+# ---------------------------------------------------------------------------------------------
+
+
+def _chunk_summary(output: Any) -> list[tuple[Any, int, int, bool]]:
+    if not isinstance(output, SchedulerOutput):
+        fail("schedule() must return a SchedulerOutput", expected="SchedulerOutput", got=type(output).__name__)
+    return [(c.request.request_id, c.start, c.num_tokens, c.samples) for c in output.chunks]
+
+
+class _Harness:
+    """The student's scheduler on the reference allocator, driven step by step with a fake model."""
+
+    def __init__(self, scheduler_cls: type, *, num_blocks: int, block_size: int = 4, max_num_seqs: int = 8,
+                 max_num_batched_tokens: int = 64, max_model_len: int = 1000) -> None:
+        require_own_implementation(scheduler_cls, "the scheduler class")
+        self.allocator = ReferenceAllocator(num_blocks, block_size, enable_prefix_caching=False)
+        self.config = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                                      enable_chunked_prefill=False, max_model_len=max_model_len)
+        self.setup = (f"pool of {num_blocks} blocks of {block_size} tokens, max_num_seqs={max_num_seqs}, "
+                      f"max_num_batched_tokens={max_num_batched_tokens}")
+        self.scheduler = _call(scheduler_cls, "scheduler_cls(config, allocator)", self.config, self.allocator,
+                               copy_args=False)
+        check(isinstance(self.scheduler, SchedulerProtocol),
+              "your scheduler lacks a member of SchedulerProtocol (add, schedule, update, finish_request, has_unfinished).")
+        self.requests: dict[Any, Request] = {}
+        self.history: list[str] = []
+
+    def add(self, request: Request) -> None:
+        self.requests[request.request_id] = request
+        _call(self.scheduler.add, f"add({request.request_id!r})", request, copy_args=False)
+        self.history.append(f"add {request.request_id} ({request.num_tokens} prompt tokens, "
+                            f"max_tokens {request.params.max_tokens})")
+
+    def context(self) -> str:
+        return f"[{self.setup}; so far: " + ("; ".join(self.history) or "nothing") + "]"
+
+    def schedule(self, expected: list[tuple[Any, int, int, bool]], hint: str) -> SchedulerOutput:
+        output = _call(self.scheduler.schedule, "schedule()", copy_args=False)
+        got = _chunk_summary(output)
+        if got != expected:
+            fail("schedule() planned the wrong chunks, as (request_id, start, num_tokens, samples) "
+                 + self.context(), expected=expected, got=got, hint=hint)
+        self.history.append("step " + ", ".join(f"{rid}:{n}" for rid, _, n, _ in got))
+        return output
+
+    def update(self, output: SchedulerOutput, tokens: list[int], expected_finished: list[Any], hint: str) -> None:
+        finished = _call(self.scheduler.update, f"update(output, {tokens})", output, tokens, copy_args=False)
+        got = [r.request_id for r in (finished or [])]
+        if sorted(map(str, got)) != sorted(map(str, expected_finished)):
+            fail(f"update(output, {tokens}) returned the wrong finished requests " + self.context(),
+                 expected=expected_finished, got=got, hint=hint)
+        self.history.append(f"sampled {tokens}")
+
+    def expect(self, condition: bool, what: str, hint: str) -> None:
+        if not condition:
+            fail(what + " " + self.context(), hint=hint, show_values=False)
+
+    def expect_status(self, request_id: Any, status: RequestStatus, hint: str) -> None:
+        got = self.requests[request_id].status
+        if got is not status:
+            fail(f"status of request {request_id!r} " + self.context(), expected=status.name, got=got.name, hint=hint)
+
+    def expect_free_blocks(self, expected: int, hint: str) -> None:
+        got = self.allocator.num_free_blocks
+        if got != expected:
+            fail("free blocks in the pool " + self.context(), expected=expected, got=got, hint=hint)
+
+
+_HINT_FIT = ("admit waiting requests oldest first while allocator.can_allocate(request.token_ids) says their blocks "
+             "fit, len(running) < max_num_seqs and the whole prompt fits the token budget left; stop at the first "
+             "request that does not fit (first come, first served: nobody overtakes it).")
+_HINT_DECODE = ("every running request decodes first (one token: start = num_tokens - 1, samples=True), in the order "
+                "they were admitted; newly admitted prompts come after, whole (start 0, samples=True).")
+
+
+def _scenario_all_fit(h: _Harness) -> None:
+    for rid, length in (("a", 5), ("b", 6), ("c", 7)):
+        h.add(make_request(rid, length))
+    output = h.schedule([("a", 0, 5, True), ("b", 0, 6, True), ("c", 0, 7, True)], _HINT_FIT)
+    for rid in "abc":
+        h.expect_status(rid, RequestStatus.RUNNING, "an admitted request moves WAITING -> RUNNING (use move).")
+    h.expect_free_blocks(20 - 6, "each admitted prompt takes ceil(len / block_size) blocks with allocator.allocate.")
+    h.update(output, [11, 12, 13], [], "nothing stops after one token (max_tokens is 4, no eos).")
+    for rid, length, token in (("a", 5, 11), ("b", 6, 12), ("c", 7, 13)):
+        request = h.requests[rid]
+        h.expect(request.token_ids[-1] == token and request.num_tokens == length + 1,
+                 f"after update, request {rid!r} should end with its sampled token {token}",
+                 "update appends each sampled token (one per chunk with samples=True, in chunk order).")
+        h.expect(request.num_computed_tokens == length,
+                 f"after update, request {rid!r}.num_computed_tokens should be {length} (its whole prompt ran)",
+                 "set num_computed_tokens = chunk.start + chunk.num_tokens.")
+
+
+def _scenario_blocks_run_out(h: _Harness) -> None:
+    h.add(make_request("a", 8))   # 2 blocks
+    h.add(make_request("b", 9))   # 3 blocks: only 2 left after a
+    h.add(make_request("c", 3))   # 1 block: would fit, but b is first in line
+    h.schedule([("a", 0, 8, True)], _HINT_FIT)
+    h.expect_status("b", RequestStatus.WAITING, "a request whose blocks do not fit stays WAITING.")
+    h.expect_status("c", RequestStatus.WAITING, _HINT_FIT)
+    h.expect_free_blocks(2, "only the admitted request takes blocks.")
+
+
+def _scenario_max_num_seqs(h: _Harness) -> None:
+    for rid in "abc":
+        h.add(make_request(rid, 3))
+    output = h.schedule([("a", 0, 3, True), ("b", 0, 3, True)], "at most max_num_seqs requests run at once. " + _HINT_FIT)
+    h.update(output, [20, 21], [], "nothing stops yet.")
+    h.schedule([("a", 3, 1, True), ("b", 3, 1, True)], "c still waits: two requests already run. " + _HINT_DECODE)
+
+
+def _scenario_token_budget(h: _Harness) -> None:
+    h.add(make_request("a", 6))
+    h.add(make_request("b", 6))
+    h.schedule([("a", 0, 6, True)], "a whole prompt must fit in the tokens left of max_num_batched_tokens "
+               "(10 - 6 = 4 < 6). " + _HINT_FIT)
+
+
+def _scenario_decodes_first(h: _Harness) -> None:
+    h.add(make_request("a", 4))
+    h.add(make_request("b", 5))
+    output = h.schedule([("a", 0, 4, True), ("b", 0, 5, True)], _HINT_FIT)
+    h.update(output, [30, 31], [], "nothing stops yet.")
+    h.add(make_request("c", 2))
+    output = h.schedule([("a", 4, 1, True), ("b", 5, 1, True), ("c", 0, 2, True)], _HINT_DECODE)
+    # a had 4 tokens in 1 block: its 5th token needed a second block.
+    h.expect_free_blocks(10 - 2 - 2 - 1, "a decode whose last block is full gets a new one: call allocator.append_slot "
+                         "for every decode, before the model writes the token's keys and values.")
+    h.update(output, [40, 41, 42], [], "nothing stops yet.")
+    h.expect(h.requests["a"].token_ids[-2:] == [30, 40], "request 'a' should end with its two sampled tokens [30, 40]",
+             "update appends one token per chunk with samples=True, in the order of output.chunks.")
+
+
+def _scenario_finish_frees_blocks(h: _Harness) -> None:
+    h.add(make_request("a", 8, max_tokens=1))
+    h.add(make_request("b", 8))
+    output = h.schedule([("a", 0, 8, True)], _HINT_FIT)
+    h.update(output, [7], ["a"], "a request stops when it has max_tokens output tokens; update returns it.")
+    h.expect_status("a", RequestStatus.FINISHED_LENGTH, "max_tokens reached is FINISHED_LENGTH.")
+    h.expect_free_blocks(3, "a finished request's blocks go back to the pool at once: allocator.free(request_id).")
+    h.schedule([("b", 0, 8, True)], "the blocks a finished request gave back let the next one in. " + _HINT_FIT)
+
+
+def _scenario_stop_conditions(h: _Harness) -> None:
+    h.add(make_request("eos", 3))
+    h.add(make_request("ignore", 3, ignore_eos=True))
+    h.add(make_request("stop_id", 3, stop_token_ids=(99,)))
+    h.add(make_request("long", 3, max_tokens=2))
+    h.add(make_request("ctx", 9))   # max_model_len is 10: one token fills the context
+    output = h.schedule([("eos", 0, 3, True), ("ignore", 0, 3, True), ("stop_id", 0, 3, True), ("long", 0, 3, True),
+                         ("ctx", 0, 9, True)], _HINT_FIT)
+    h.update(output, [EOS, EOS, 99, 5, 6], ["eos", "stop_id", "ctx"],
+             "eos stops a request unless params.ignore_eos; a token in params.stop_token_ids stops it; reaching "
+             "max_model_len tokens (prompt + output) stops it too.")
+    h.expect_status("eos", RequestStatus.FINISHED_STOPPED, "eos and stop tokens finish with FINISHED_STOPPED.")
+    h.expect_status("stop_id", RequestStatus.FINISHED_STOPPED, "eos and stop tokens finish with FINISHED_STOPPED.")
+    h.expect_status("ctx", RequestStatus.FINISHED_LENGTH, "the context length finishes with FINISHED_LENGTH.")
+    h.expect_status("ignore", RequestStatus.RUNNING, "params.ignore_eos=True: eos does not stop the request.")
+    output = h.schedule([("ignore", 3, 1, True), ("long", 3, 1, True)], _HINT_DECODE)
+    h.update(output, [5, 5], ["long"], "max_tokens=2: the second output token finishes the request.")
+    h.expect_status("long", RequestStatus.FINISHED_LENGTH, "max_tokens reached is FINISHED_LENGTH.")
+    h.expect(not any(h.requests[rid] in getattr(h.scheduler, "running", []) for rid in ("eos", "stop_id", "ctx", "long")),
+             "finished requests must leave the running list", "remove a finished request from self.running.")
+
+
+def _scenario_preemption(h: _Harness) -> None:
+    h.add(make_request("a", 4))   # 1 block each, both full
+    h.add(make_request("b", 4))
+    h.add(make_request("c", 4))
+    h.add(make_request("d", 4))   # waits: max_num_seqs is 3
+    output = h.schedule([("a", 0, 4, True), ("b", 0, 4, True), ("c", 0, 4, True)], _HINT_FIT)
+    h.update(output, [10, 11, 12], [], "nothing stops yet.")
+    # Each decode needs a second block; 1 is free: a takes it, c (newest) is preempted so b gets c's block.
+    output = h.schedule([("a", 4, 1, True), ("b", 4, 1, True)],
+                        "a decode that finds no free block preempts the NEWEST running request (the last admitted) "
+                        "and frees its blocks; if the decode's own request is the newest, it preempts itself.")
+    h.expect_status("c", RequestStatus.PREEMPTED, "a preempted request moves RUNNING -> PREEMPTED.")
+    preempted = [r.request_id for r in output.preempted]
+    h.expect(preempted == ["c"], f"output.preempted should be ['c'], got {preempted}",
+             "append each preempted request to output.preempted (the engine counts them).")
+    h.expect(h.requests["c"].num_computed_tokens == 0 and h.requests["c"].token_ids[-1] == 12,
+             "a preempted request keeps its tokens (the sampled 12 included) but num_computed_tokens goes back to 0",
+             "preemption by recompute: the KV is dropped, the tokens are kept and will run again as one prompt.")
+    h.expect_free_blocks(0, "a and b each hold 2 blocks now; c's block went back to the pool and to b.")
+    h.update(output, [EOS, 20], ["a"], "eos stops a.")
+    # a freed 2 blocks; b decodes (room in its block); c comes back first in line with its 5 tokens.
+    h.schedule([("b", 5, 1, True), ("c", 0, 5, True)],
+               "a preempted request goes back to the FRONT of the waiting queue and runs all its tokens again "
+               "(prompt + generated) as one prompt; d, behind it, still waits (no block left for it).")
+    h.expect_status("c", RequestStatus.RUNNING, "PREEMPTED -> RUNNING when it is admitted again.")
+    h.expect_status("d", RequestStatus.WAITING, "d arrived after c: first come, first served.")
+
+
+@dataclass(frozen=True)
+class _Scenario:
+    run: Callable[[_Harness], None]
+    num_blocks: int
+    max_num_seqs: int = 8
+    max_num_batched_tokens: int = 64
+    max_model_len: int = 1000
+
+
+SCHEDULER_SCENARIOS = {
+    "all_fit": _Scenario(_scenario_all_fit, num_blocks=20),
+    "blocks_run_out": _Scenario(_scenario_blocks_run_out, num_blocks=4),
+    "max_num_seqs": _Scenario(_scenario_max_num_seqs, num_blocks=20, max_num_seqs=2),
+    "token_budget": _Scenario(_scenario_token_budget, num_blocks=20, max_num_batched_tokens=10),
+    "decodes_first": _Scenario(_scenario_decodes_first, num_blocks=10),
+    "finish_frees_blocks": _Scenario(_scenario_finish_frees_blocks, num_blocks=3),
+    "stop_conditions": _Scenario(_scenario_stop_conditions, num_blocks=20, max_model_len=10),
+    "preemption": _Scenario(_scenario_preemption, num_blocks=4, max_num_seqs=3),
+}
+"""Hand-made situations for ``check_scheduler_scenario``, each with its right answer written out."""
+
+
+def check_scheduler_scenario(scheduler_cls: type, name: str) -> None:
+    """Run one of ``SCHEDULER_SCENARIOS`` (block_size 4, the reference allocator) on the student's scheduler."""
+    if name not in SCHEDULER_SCENARIOS:
+        raise ValueError(f"name must be one of {sorted(SCHEDULER_SCENARIOS)}, got {name!r}")
+    scenario = SCHEDULER_SCENARIOS[name]
+    harness = _Harness(scheduler_cls, num_blocks=scenario.num_blocks, max_num_seqs=scenario.max_num_seqs,
+                       max_num_batched_tokens=scenario.max_num_batched_tokens, max_model_len=scenario.max_model_len)
+    scenario.run(harness)
+
+
+# ---------------------------------------------------------------------------------------------
+# The scheduler on random workloads with a fake model
+# ---------------------------------------------------------------------------------------------
+
+
+def _fake_next_token(token_ids: list[int], vocab_size: int = 40) -> int:
+    """The fake model: a token that depends only on the sequence so far (so never on the batch)."""
+    return (31 * token_ids[-1] + 7 * len(token_ids) + (token_ids[-2] if len(token_ids) > 1 else 0)) % vocab_size
+
+
+def _expected_output(prompt: list[int], max_tokens: int) -> list[int]:
+    tokens = list(prompt)
+    while True:
+        tokens.append(_fake_next_token(tokens))
+        if tokens[-1] == EOS or len(tokens) - len(prompt) >= max_tokens:
+            return tokens[len(prompt):]
+
+
+def check_scheduler_random(scheduler_cls: type, seed: int, num_requests: int = 12) -> None:
+    """A random workload to the end: limits hold at every step, everything finishes, nothing leaks.
+
+    Requests arrive over the first steps; the pool is just big enough for the largest request, so
+    blocks run out and preemption happens. Each request's output must be what the fake model gives it
+    alone (the schedule may change *when* a token is computed, never *which* token).
+    """
+    rng = random.Random(seed)
+    block_size = rng.choice([2, 4, 8])
+    workload = [(rng.randint(1, 30), rng.randint(1, 12), rng.randint(0, 6)) for _ in range(num_requests)]
+    longest = max(p + m for p, m, _ in workload)
+    num_blocks = -(-longest // block_size) + rng.randint(0, 8)
+    max_num_seqs = rng.randint(1, 6)
+    budget = max(longest, max_num_seqs) + rng.randint(0, 20)
+    harness = _Harness(scheduler_cls, num_blocks=num_blocks, block_size=block_size, max_num_seqs=max_num_seqs,
+                       max_num_batched_tokens=budget)
+    allocator, scheduler = harness.allocator, harness.scheduler
+    setup = f"random workload (seed {seed}): {harness.setup}, requests (prompt, max_tokens, arrival step) {workload}"
+    requests = []
+    for index, (prompt_len, max_tokens, arrival) in enumerate(workload):
+        prompt = [1 + (index * 13 + j * 5) % 39 for j in range(prompt_len)]
+        requests.append((arrival, Request(index, prompt, FakeParams(max_tokens=max_tokens), eos_token_id=EOS)))
+    step_limit = 4 * sum(p + m for p, m, _ in workload) * num_requests + 20
+    step = 0
+    while step < step_limit and (_call(scheduler.has_unfinished, "has_unfinished()", copy_args=False)
+                                 or any(arrival >= step for arrival, _ in requests)):
+        for arrival, request in requests:
+            if arrival == step:
+                _call(scheduler.add, f"add({request.request_id})", request, copy_args=False)
+        output = _call(scheduler.schedule, "schedule()", copy_args=False)
+        where = f"step {step} of a {setup}"
+        chunks = _chunk_summary(output)
+        if not chunks and scheduler.has_unfinished():
+            fail(f"schedule() planned nothing while requests are unfinished ({where})", show_values=False,
+                 hint="the engine would stop here: some request must run every step (a pool that fits the largest "
+                      "request alone always lets the oldest one in once the others are preempted or finished).")
+        if output.num_batched_tokens > budget:
+            fail(f"the step runs more tokens than max_num_batched_tokens ({where})", expected=f"<= {budget}",
+                 got=output.num_batched_tokens, hint=_HINT_FIT)
+        if len(chunks) > max_num_seqs:
+            fail(f"more than max_num_seqs requests ran in one step ({where})", expected=f"<= {max_num_seqs}",
+                 got=len(chunks), hint=_HINT_FIT)
+        if len({rid for rid, *_ in chunks}) != len(chunks):
+            fail(f"a request appears twice in one step ({where})", expected="one chunk per request", got=chunks)
+        for chunk in output.chunks:
+            request = chunk.request
+            if request.status is not RequestStatus.RUNNING:
+                fail(f"request {request.request_id} is scheduled in state {request.status.name} ({where})",
+                     expected="RUNNING", got=request.status.name, hint="move a request to RUNNING when you admit it.")
+            if chunk.start != request.num_computed_tokens or chunk.start + chunk.num_tokens != request.num_tokens \
+                    or not chunk.samples:
+                fail(f"request {request.request_id}'s chunk does not run exactly its uncomputed tokens ({where})",
+                     expected=(request.request_id, request.num_computed_tokens,
+                               request.num_tokens - request.num_computed_tokens, True),
+                     got=(request.request_id, chunk.start, chunk.num_tokens, chunk.samples), hint=_HINT_DECODE)
+            if not allocator.has_sequence(request.request_id) or \
+                    allocator.num_slots(request.request_id) < request.num_tokens:
+                fail(f"request {request.request_id} runs without blocks for all its {request.num_tokens} tokens "
+                     f"({where})", show_values=False,
+                     hint="allocate at admission, allocator.append_slot before every decode.")
+        tokens = [_fake_next_token(c.request.token_ids) for c in output.chunks if c.samples]
+        _call(scheduler.update, f"update(output, {tokens})", output, tokens, copy_args=False)
+        held = {block for block, count in enumerate(allocator.ref_counts) if count > 0}
+        running = [r for _, r in requests if r.status is RequestStatus.RUNNING]
+        in_tables = {block for r in running for block in allocator.block_table(r.request_id)}
+        if held != in_tables:
+            fail(f"blocks are held by requests that are not running ({where})", expected=sorted(in_tables),
+                 got=sorted(held), hint="free the blocks of every request that finishes or is preempted.")
+        step += 1
+    if step >= step_limit:
+        fail(f"the workload did not finish in {step_limit} steps: a {setup}", show_values=False,
+             hint="a request starved or the scheduler stalls (is a preempted request ever admitted again?).")
+    for _, request in requests:
+        expected = _expected_output(request.prompt_token_ids, request.params.max_tokens)
+        if request.output_token_ids != expected or not request.is_finished:
+            fail(f"request {request.request_id} ended with the wrong tokens or unfinished ({setup})",
+                 expected=expected, got=(request.output_token_ids, request.status.name),
+                 hint="append each sampled token once; a preempted request keeps its tokens; stop at eos or max_tokens.")
+    if allocator.num_free_blocks != num_blocks:
+        fail(f"blocks leaked: after every request finished ({setup})", expected=num_blocks,
+             got=allocator.num_free_blocks, hint="free a request's blocks when it finishes.")
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole engine on SmolLM2
+# ---------------------------------------------------------------------------------------------
+
+
+def chat_prompts(tokenizer, questions: list[str]) -> list[str]:
+    """Each question as SmolLM2's chat prompt (system + user turn + the assistant header)."""
+    return [tokenizer.apply_chat_template([{"role": "user", "content": q}]) for q in questions]
+
+
+_REFERENCE_OUTPUTS: dict[tuple, list[list[int]]] = {}
+
+
+def _reference_greedy(model, tokenizer, prompts: tuple[str, ...], max_tokens: int) -> list[list[int]]:
+    from course_lib.engine import LLMEngine
+    from course_lib.sampling import SamplingParams
+
+    key = (id(model), prompts, max_tokens)
+    if key not in _REFERENCE_OUTPUTS:
+        engine = LLMEngine(model, tokenizer, kv_cache_memory_bytes=64 * 2**20)
+        outputs = engine.generate(list(prompts), SamplingParams(temperature=0.0, max_tokens=max_tokens), use_tqdm=False)
+        _REFERENCE_OUTPUTS[key] = [o.token_ids for o in outputs]
+    return _REFERENCE_OUTPUTS[key]
+
+
+def check_engine_matches_reference(allocator_cls: type, scheduler_cls: type, model, tokenizer, prompts: list[str], *,
+                                   max_tokens: int = 12, num_blocks: int = 12, block_size: int = 16,
+                                   max_num_seqs: int = 4, max_num_batched_tokens: int = 256,
+                                   require_preemption: bool = False):
+    """Serve ``prompts`` greedily through ``LLMEngine`` with the student's allocator and scheduler.
+
+    Compares the generated token ids with the reference engine's, token for token, and checks that
+    every block is back in the pool at the end. Returns the student's engine (for its stats).
+    """
+    from course_lib.engine import LLMEngine
+    from course_lib.sampling import SamplingParams
+
+    require_own_implementation(allocator_cls, "BlockAllocator")
+    require_own_implementation(scheduler_cls, "the scheduler class")
+    allocator = _call(allocator_cls, f"BlockAllocator({num_blocks}, {block_size})", num_blocks, block_size)
+    config = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                             enable_chunked_prefill=False, max_model_len=model.config.max_position_embeddings)
+    scheduler = _call(scheduler_cls, "scheduler_cls(config, allocator)", config, allocator, copy_args=False)
+    engine = LLMEngine(model, tokenizer, allocator=allocator, scheduler=scheduler)
+    greedy = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    outputs = _call(lambda: engine.generate(list(prompts), greedy, use_tqdm=False),
+                    "LLMEngine(model, tokenizer, allocator=your allocator, scheduler=your scheduler).generate(...)")
+    expected = _reference_greedy(model, tokenizer, tuple(prompts), max_tokens)
+    setup = (f"{len(prompts)} prompts, max_tokens={max_tokens}, {num_blocks} blocks of {block_size}, "
+             f"max_num_seqs={max_num_seqs}")
+    for index, (output, reference) in enumerate(zip(outputs, expected)):
+        if output.token_ids != reference:
+            where = next((i for i, (a, b) in enumerate(zip(output.token_ids, reference)) if a != b),
+                         min(len(output.token_ids), len(reference)))
+            fail(f"prompt {index}: your engine's greedy tokens differ from the reference engine's from token {where} "
+                 f"on ({setup}, {engine.stats.num_preemptions} preemptions)", expected=reference, got=output.token_ids,
+                 hint="if the scheduler and allocator checks pass, look at the allocator's block tables and slots "
+                      "(a token written into another request's block changes what that request sees), and at what a "
+                      "preempted request runs when it comes back.")
+    free = allocator.num_free_blocks
+    if free != num_blocks:
+        fail(f"after every request finished, blocks are still held ({setup})", expected=num_blocks, got=free,
+             hint="free a request's blocks when it finishes.")
+    if require_preemption and engine.stats.num_preemptions == 0:
+        fail(f"no request was preempted although the pool is too small for all at once ({setup})",
+             show_values=False, hint="a decode that finds no free block must preempt the newest running request.")
+    return engine

@@ -1,0 +1,55 @@
+"""Plots for the sampling controls (Lab 0.1, chapter 5): one next-token distribution, filter by filter."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import matplotlib.pyplot as plt
+import torch
+from matplotlib.figure import Figure
+
+__all__ = ["plot_filter_stages", "token_label"]
+
+
+def token_label(decode_token_bytes: Callable[[int], bytes], token_id: int) -> str:
+    """A short printable label for one token: its text with spaces and newlines made visible."""
+    text = decode_token_bytes(token_id).decode("utf-8", errors="replace")
+    return repr(text.replace(" ", "\u2423"))[1:-1] or f"<{token_id}>"
+
+
+def plot_filter_stages(stages: Sequence[tuple[str, torch.Tensor]], labels: Callable[[int], str], *,
+                       top_n: int = 15, title: str = "One next-token distribution, filter by filter") -> Figure:
+    """One bar chart per stage: the probability of the ``top_n`` most likely tokens after that stage.
+
+    stages: (name, logits ``[vocab]``) pairs, the first being the raw distribution; filtered tokens are
+    -inf (probability 0). labels: token id -> the text shown under its bar. The same ``top_n`` tokens
+    (the most likely under the first stage) are shown in every panel, so a bar that vanishes was
+    filtered. Each panel's title says how many tokens of the whole vocabulary are still possible.
+    Returns the Figure.
+    """
+    if not stages:
+        raise ValueError("stages must hold at least one (name, logits) pair")
+    if top_n < 1:
+        raise ValueError(f"top_n must be >= 1, got {top_n}")
+    first = torch.softmax(stages[0][1].double(), dim=-1)
+    shown = torch.topk(first, min(top_n, first.numel())).indices.tolist()
+    names = [labels(token_id) for token_id in shown]
+    figure, axes = plt.subplots(len(stages), 1, figsize=(9, 2.1 * len(stages) + 0.6), sharex=True, squeeze=False)
+    for axis, (name, logits) in zip(axes[:, 0], stages):
+        probs = torch.softmax(logits.double(), dim=-1)
+        num_possible = int((probs > 0).sum())
+        heights = [float(probs[token_id]) for token_id in shown]
+        bars = axis.bar(range(len(shown)), heights, color="tab:blue")
+        for bar, token_id in zip(bars, shown):
+            if probs[token_id] == 0:
+                bar.set_color("lightgray")
+        axis.set_ylabel("probability")
+        axis.set_ylim(0, max(max(heights), 1e-9) * 1.15)
+        axis.set_title(f"{name}: {num_possible:,} tokens possible", fontsize=10, loc="left")
+    last = axes[-1, 0]
+    last.set_xticks(range(len(shown)))
+    last.set_xticklabels(names, rotation=45, ha="right", fontsize=9)
+    last.set_xlabel(f"the {len(shown)} most likely next tokens before filtering (\u2423 = space)")
+    figure.suptitle(title)
+    figure.tight_layout()
+    return figure

@@ -1,0 +1,312 @@
+"""The chapter-5 pipeline checks (course_lib.checks.pipeline) accept the reference answers and reject
+typical buggy ones (the demo students' bugs among them) with feedback that names the mistake.
+
+The answers come from the solution notebook's answer cells and the demo specs, run with exec in a
+fresh namespace (the notebook itself is not run). The engine tests load SmolLM2 and are slow.
+"""
+
+from __future__ import annotations
+
+import re
+import runpy
+from collections import deque
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from course_lib.checks import CheckFailed
+from course_lib.checks import pipeline as checks
+from course_lib.scheduler import (
+    Request,
+    RequestStatus,
+    ScheduledChunk,
+    SchedulerConfig,
+    SchedulerOutput,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTION = ROOT / "solutions" / "lab01-text-to-tensors" / "05_pipeline.ipynb"
+DEMO_SPECS = ROOT / "autograde" / "demo" / "lab01-text-to-tensors"
+SOLUTION_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[^\n]*\n?", re.MULTILINE)
+
+
+def _answer_sources() -> dict[str, str]:
+    notebook = nbformat.read(SOLUTION, as_version=4)
+    return {
+        cell.metadata["nbgrader"]["grade_id"]: SOLUTION_MARKER.sub("", cell.source)
+        for cell in notebook.cells
+        if cell.metadata.get("nbgrader", {}).get("solution")
+    }
+
+
+def _student(replacements: dict[str, str] | None = None) -> dict:
+    """The namespace a student's notebook would have: every answer cell run, some replaced."""
+    namespace = {
+        "__name__": "__main__", "torch": torch, "deque": deque, "Request": Request, "RequestStatus": RequestStatus,
+        "ScheduledChunk": ScheduledChunk, "SchedulerConfig": SchedulerConfig, "SchedulerOutput": SchedulerOutput,
+    }
+    for grade_id, source in _answer_sources().items():
+        exec(compile((replacements or {}).get(grade_id, source), f"<answer {grade_id}>", "exec"), namespace)
+    return namespace
+
+
+def _with_method(namespace: dict, class_name: str, method_name: str, source: str) -> type:
+    """A subclass of the student's class with one method replaced (source defines a function)."""
+    scope = dict(namespace)
+    exec(source, scope)
+    return type(class_name, (namespace[class_name],), {method_name: scope[method_name]})
+
+
+def _demo_answers(name: str) -> dict[str, str]:
+    return runpy.run_path(str(DEMO_SPECS / f"{name}.py"))["ANSWERS"]
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return _student()
+
+
+# ----- the reference answers pass ------------------------------------------------------------------
+
+
+def test_reference_move_passes_every_pair(reference):
+    checks.check_move_all_pairs(reference["move"])
+
+
+def test_reference_allocator_passes(reference):
+    checks.check_allocator_interface(reference["BlockAllocator"])
+    for seed in range(3):
+        checks.check_allocator_random(reference["BlockAllocator"], seed=seed, num_ops=200)
+    checks.check_allocator_random(reference["BlockAllocator"], seed=7, num_ops=150, num_blocks=5, block_size=1)
+
+
+def test_the_course_allocator_passes_the_lockstep_checks():
+    from course_lib.paged import BlockAllocator
+
+    class Wrapped(BlockAllocator):  # defined here, so the re-export guard does not reject it
+        def __init__(self, num_blocks, block_size):
+            super().__init__(num_blocks, block_size)
+
+    checks.check_allocator_random(Wrapped, seed=11, num_ops=200)
+
+
+@pytest.mark.parametrize("name", sorted(checks.SCHEDULER_SCENARIOS))
+def test_reference_scheduler_passes_every_scenario(reference, name):
+    checks.check_scheduler_scenario(reference["FCFSScheduler"], name)
+
+
+def test_reference_scheduler_passes_random_workloads(reference):
+    for seed in range(6):
+        checks.check_scheduler_random(reference["FCFSScheduler"], seed=seed)
+
+
+def test_random_workloads_preempt_sometimes(reference, monkeypatch):
+    """The random check is only worth its points if it exercises preemption."""
+    preemptions = []
+    original = reference["FCFSScheduler"]._preempt
+
+    def counting(self, request, output):
+        preemptions.append(request.request_id)
+        original(self, request, output)
+
+    monkeypatch.setattr(reference["FCFSScheduler"], "_preempt", counting)
+    for seed in range(6):
+        checks.check_scheduler_random(reference["FCFSScheduler"], seed=seed)
+    assert len(preemptions) >= 3
+
+
+# ----- typical mistakes fail with a helpful message -------------------------------------------------
+
+
+def test_move_that_lets_finished_requests_run_again_fails():
+    def move(request, new_status):
+        if request.status is RequestStatus.WAITING and new_status is RequestStatus.PREEMPTED:
+            raise ValueError("no")
+        request.status = new_status
+
+    checks.check_move(move, RequestStatus.WAITING, RequestStatus.RUNNING)  # the legal moves still pass
+    with pytest.raises(CheckFailed, match="should raise ValueError: FINISHED_STOPPED -> RUNNING"):
+        checks.check_move(move, RequestStatus.FINISHED_STOPPED, RequestStatus.RUNNING)
+    with pytest.raises(CheckFailed, match="not a legal move"):
+        checks.check_move_all_pairs(move)
+
+
+def test_move_that_assigns_before_checking_fails():
+    def move(request, new_status):
+        old, request.status = request.status, new_status
+        if old is RequestStatus.WAITING and new_status is RequestStatus.PREEMPTED:
+            raise ValueError("illegal")
+
+    with pytest.raises(CheckFailed, match="changed the status anyway"):
+        checks.check_move(move, RequestStatus.WAITING, RequestStatus.PREEMPTED)
+
+
+def test_allocator_without_copy_on_write_fails(reference):
+    broken = _with_method(reference, "BlockAllocator", "append_slot", '''
+def append_slot(self, seq_id):
+    if self.num_tokens[seq_id] % self.block_size == 0:
+        self.tables[seq_id].append(self._take_block())
+    self.num_tokens[seq_id] += 1
+    return None
+''')
+    with pytest.raises(CheckFailed, match="copy-on-write|can_append"):
+        checks.check_allocator_interface(broken)
+
+
+def test_allocator_that_frees_shared_blocks_fails(reference):
+    broken = _with_method(reference, "BlockAllocator", "free", '''
+def free(self, seq_id):
+    for block in self.tables.pop(seq_id):
+        self.ref_counts[block] = 0
+        if block not in self.free_blocks:
+            self.free_blocks.append(block)
+    del self.num_tokens[seq_id]
+''')
+    with pytest.raises(CheckFailed, match="num_free_blocks") as failure:
+        for seed in range(3):
+            checks.check_allocator_random(broken, seed=seed, num_ops=200)
+    assert "ref count" in str(failure.value)
+
+
+def test_allocator_off_by_one_blocks_needed_fails(reference):
+    broken = _with_method(reference, "BlockAllocator", "blocks_needed", '''
+def blocks_needed(self, num_tokens):
+    return num_tokens // self.block_size + 1
+''')
+    with pytest.raises(CheckFailed, match=r"blocks_needed\(0\)"):
+        checks.check_allocator_interface(broken)
+
+
+def test_reexported_allocator_fails():
+    from course_lib.paged import BlockAllocator
+
+    with pytest.raises(CheckFailed, match="reference implementation"):
+        checks.check_allocator_interface(BlockAllocator)
+
+
+def test_demo_scheduler_admitting_without_can_allocate_fails(reference):
+    student = _student(_demo_answers("buggy-admit-without-can-allocate"))
+    checks.check_scheduler_scenario(student["FCFSScheduler"], "all_fit")  # nothing to check when all fit
+    with pytest.raises(CheckFailed, match="OutOfBlocksError") as failure:
+        checks.check_scheduler_scenario(student["FCFSScheduler"], "blocks_run_out")
+    assert "can_allocate" in str(failure.value)
+
+
+def test_demo_scheduler_that_forgets_to_free_fails(reference):
+    student = _student(_demo_answers("buggy-finish-without-free"))
+    checks.check_scheduler_scenario(student["FCFSScheduler"], "all_fit")
+    with pytest.raises(CheckFailed, match="free blocks in the pool") as failure:
+        checks.check_scheduler_scenario(student["FCFSScheduler"], "finish_frees_blocks")
+    assert "allocator.free" in str(failure.value)
+    with pytest.raises(CheckFailed, match="blocks are held by requests that are not running|planned nothing"):
+        checks.check_scheduler_random(student["FCFSScheduler"], seed=0)
+
+
+def test_scheduler_that_lets_small_requests_overtake_fails(reference):
+    broken = _with_method(reference, "FCFSScheduler", "schedule", '''
+def schedule(self):
+    output = SchedulerOutput()
+    budget = self.config.max_num_batched_tokens
+    for request in list(self.running):
+        self.allocator.append_slot(request.request_id)
+        output.chunks.append(ScheduledChunk(request, request.num_tokens - 1, 1, samples=True))
+        budget -= 1
+    for request in list(self.waiting):
+        if len(self.running) < self.config.max_num_seqs and request.num_tokens <= budget \\
+                and self.allocator.can_allocate(request.token_ids):
+            self.waiting.remove(request)
+            self.allocator.allocate(request.request_id, request.token_ids)
+            move(request, RequestStatus.RUNNING)
+            self.running.append(request)
+            output.chunks.append(ScheduledChunk(request, 0, request.num_tokens, samples=True))
+            budget -= request.num_tokens
+    return output
+''')
+    with pytest.raises(CheckFailed, match="wrong chunks") as failure:
+        checks.check_scheduler_scenario(broken, "blocks_run_out")
+    assert "nobody overtakes" in str(failure.value)
+
+
+def test_scheduler_that_preempts_the_oldest_fails(reference):
+    broken = _with_method(reference, "FCFSScheduler", "schedule", '''
+def schedule(self):
+    output = SchedulerOutput()
+    budget = self.config.max_num_batched_tokens
+    for request in list(self.running):
+        if request.status is not RequestStatus.RUNNING:
+            continue
+        while request.status is RequestStatus.RUNNING and not self.allocator.can_append(request.request_id):
+            self._preempt(self.running[0], output)
+        if request.status is not RequestStatus.RUNNING:
+            continue
+        self.allocator.append_slot(request.request_id)
+        output.chunks.append(ScheduledChunk(request, request.num_tokens - 1, 1, samples=True))
+        budget -= 1
+    while self.waiting and not output.preempted and len(self.running) < self.config.max_num_seqs:
+        request = self.waiting[0]
+        if request.num_tokens > budget or not self.allocator.can_allocate(request.token_ids):
+            break
+        self.waiting.popleft()
+        self.allocator.allocate(request.request_id, request.token_ids)
+        move(request, RequestStatus.RUNNING)
+        self.running.append(request)
+        output.chunks.append(ScheduledChunk(request, 0, request.num_tokens, samples=True))
+        budget -= request.num_tokens
+    return output
+''')
+    with pytest.raises(CheckFailed, match="NEWEST"):
+        checks.check_scheduler_scenario(broken, "preemption")
+
+
+def test_scheduler_that_ignores_ignore_eos_fails(reference):
+    broken = _with_method(reference, "FCFSScheduler", "_stop_status", '''
+def _stop_status(self, request):
+    if request.token_ids[-1] == request.eos_token_id or request.token_ids[-1] in request.params.stop_token_ids:
+        return RequestStatus.FINISHED_STOPPED
+    if request.num_output_tokens >= request.params.max_tokens or request.num_tokens >= self.config.max_model_len:
+        return RequestStatus.FINISHED_LENGTH
+    return None
+''')
+    with pytest.raises(CheckFailed, match="ignore_eos"):
+        checks.check_scheduler_scenario(broken, "stop_conditions")
+
+
+def test_preempted_request_requeued_at_the_back_fails(reference):
+    broken = _with_method(reference, "FCFSScheduler", "_preempt", '''
+def _preempt(self, request, output):
+    self.running.remove(request)
+    self.allocator.free(request.request_id)
+    move(request, RequestStatus.PREEMPTED)
+    request.num_computed_tokens = 0
+    self.waiting.append(request)
+    output.preempted.append(request)
+''')
+    with pytest.raises(CheckFailed, match="wrong chunks") as failure:
+        checks.check_scheduler_scenario(broken, "preemption")
+    assert "FRONT" in str(failure.value)
+
+
+# ----- the engine, on SmolLM2 ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_reference_answers_serve_smollm2_like_the_reference_engine(reference, smollm2):
+    model, tokenizer = smollm2
+    prompts = checks.chat_prompts(tokenizer, ["What is the capital of France?", "Name three colors.",
+                                              "Write a haiku about the sea.", "What is 2 + 2?"])
+    engine = checks.check_engine_matches_reference(reference["BlockAllocator"], reference["FCFSScheduler"], model,
+                                                   tokenizer, prompts, max_tokens=16, num_blocks=9, block_size=16,
+                                                   require_preemption=True)
+    assert engine.stats.num_preemptions >= 1
+
+
+@pytest.mark.slow
+def test_engine_check_rejects_a_scheduler_that_leaks_blocks(smollm2):
+    model, tokenizer = smollm2
+    student = _student(_demo_answers("buggy-finish-without-free"))
+    prompts = checks.chat_prompts(tokenizer, ["Say hello.", "List two animals.", "Is the sun a star?"])
+    with pytest.raises(CheckFailed, match="planned an empty step|still held"):
+        checks.check_engine_matches_reference(student["BlockAllocator"], student["FCFSScheduler"], model, tokenizer,
+                                              prompts, max_tokens=8, num_blocks=40, block_size=4, max_num_seqs=2)
