@@ -126,16 +126,22 @@ def check_hash_blocks(student_hash_blocks: Callable, token_ids: Sequence[int], b
 
 
 def check_longest_cached_prefix(student_longest_cached_prefix: Callable, token_ids: Sequence[int],
-                                cached_prompts: Sequence[Sequence[int]], block_size: int) -> None:
+                                cached_prompts: Sequence[Sequence[int]], block_size: int,
+                                evicted: Sequence[tuple[int, int]] = ()) -> None:
     """Build a cache from the full blocks of ``cached_prompts``, then compare with the reference.
 
     The cache given to the student is a set of block hashes (as the reference allocator registers
-    them once a prompt's KV is computed).
+    them once a prompt's KV is computed). ``evicted``: (prompt index, block index) pairs whose hash
+    is removed again, as when memory ran short; a later block of that prompt may stay cached.
     """
     require_own_implementation(student_longest_cached_prefix, "longest_cached_prefix")
     token_ids = list(token_ids)
-    cache = {block_hash for prompt in cached_prompts for block_hash in reference_hash_blocks(prompt, block_size)}
-    call = f"longest_cached_prefix({short_repr(token_ids)}, <cache of {len(cache)} block hashes>, {block_size})"
+    hashes = [reference_hash_blocks(prompt, block_size) for prompt in cached_prompts]
+    cache = {block_hash for prompt_hashes in hashes for block_hash in prompt_hashes}
+    cache -= {hashes[prompt_index][block_index] for prompt_index, block_index in evicted}
+    evictions = f", {len(evicted)} evicted" if evicted else ""
+    call = (f"longest_cached_prefix({short_repr(token_ids)}, <cache of {len(cache)} block hashes{evictions}>, "
+            f"{block_size})")
     got = _call(student_longest_cached_prefix, "longest_cached_prefix", token_ids, set(cache), block_size)
     expected = reference_longest_cached_prefix(token_ids, cache, block_size)
     if not isinstance(got, int) or isinstance(got, bool):
@@ -154,6 +160,6 @@ def check_longest_cached_prefix(student_longest_cached_prefix: Callable, token_i
         hint = ("look the hashes up in order and stop at the first miss; are your hashes chained (hash_blocks)? "
                 "Do you return tokens, not blocks?")
     else:
-        hint = ("stop at the first block that misses: a later block's hash covers everything before it, so it "
-                "cannot hit after a miss anyway, and counting past a miss is wrong.")
+        hint = ("stop at the first block that misses: after an eviction a later block may still be cached, but "
+                "without the missing block before it its KV cannot be used.")
     fail(f"{call} gave the wrong number of cached tokens", expected=expected, got=got, hint=hint)
