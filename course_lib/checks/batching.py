@@ -1,0 +1,405 @@
+"""Checks for Lab 0.2, chapter 4 (batching policies and serving metrics).
+
+A student's policy is checked two ways against the reference policies of
+:mod:`course_lib.sim.batching`: its decision on hand-made states (``check_policy_state``, with a
+hint aimed at the usual mistake), and a whole simulation on a workload (``check_policy_run``:
+every request's token timestamps must match the reference run's). A student's ``percentile`` is
+compared with :func:`course_lib.metrics.percentile`, and ``compute_metrics`` with
+:func:`course_lib.metrics.summarize` on the same traces.
+
+Policies are named "static", "dynamic", "continuous" and "priority"; a dynamic policy takes
+``(state, timeout_s)``, the others ``(state)``.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import math
+import random
+from typing import Any, Callable
+
+from course_lib.checks import CheckFailed, fail, register_reference_names, require_own_implementation, short_repr
+from course_lib.metrics import percentile as reference_percentile
+from course_lib.metrics import summarize
+from course_lib.sim.batching import (
+    BatchState,
+    PolicyError,
+    RequestTrace,
+    SimRequest,
+    StepCost,
+    continuous_policy,
+    dynamic_policy,
+    poisson_workload,
+    priority_policy,
+    simulate,
+    static_policy,
+)
+
+__all__ = [
+    "METRIC_NAMES",
+    "check_compute_metrics",
+    "check_percentile",
+    "check_policy_run",
+    "check_policy_state",
+    "crafted_states",
+    "make_state",
+    "random_traces",
+    "random_workload",
+    "reference_metrics",
+]
+
+register_reference_names(
+    "static_policy", "dynamic_policy", "continuous_policy", "priority_policy", "percentile", "summarize",
+    "reference_metrics",
+)
+
+REFERENCE_POLICIES = {
+    "static": static_policy,
+    "dynamic": dynamic_policy,
+    "continuous": continuous_policy,
+    "priority": priority_policy,
+}
+
+METRIC_NAMES = ("ttft", "tpot", "e2e")
+STAT_NAMES = ("mean", "p50", "p99")
+THROUGHPUT_NAMES = ("requests_per_s", "output_tokens_per_s")
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs the test cells use
+# ---------------------------------------------------------------------------------------------
+
+
+def make_state(now: float, waiting, running=(), *, max_batch_size: int = 4, all_arrived: bool = False) -> BatchState:
+    """A BatchState from short tuples: each request is (request_id, arrival_time[, priority]).
+
+    Prompt and output lengths do not matter to a policy's decision, so they are fixed (8 and 4).
+    ``waiting`` is put in arrival order, as the simulator does.
+    """
+    def request(spec) -> SimRequest:
+        request_id, arrival_time, *rest = spec
+        return SimRequest(request_id, float(arrival_time), prompt_len=8, output_len=4, priority=rest[0] if rest else 0)
+
+    waiting_requests = sorted((request(spec) for spec in waiting), key=lambda r: (r.arrival_time, r.request_id))
+    return BatchState(float(now), tuple(waiting_requests), tuple(request(spec) for spec in running),
+                      max_batch_size, all_arrived)
+
+
+def crafted_states(policy: str) -> list[tuple[str, BatchState]]:
+    """Hand-made (description, state) pairs that separate a correct ``policy`` from the usual mistakes."""
+    _policy_name(policy)
+    three_waiting = [(0, 0.00), (1, 0.01), (2, 0.02)]
+    five_waiting = [(0, 0.00), (1, 0.01), (2, 0.02), (3, 0.03), (4, 0.04)]
+    states = [
+        ("empty batch, nothing waiting", make_state(0.1, [])),
+        ("empty batch, 5 waiting, room for 4", make_state(0.1, five_waiting)),
+        ("empty batch, 3 waiting, room for 4, more to come", make_state(0.03, three_waiting)),
+        ("empty batch, 3 waiting, room for 4, no more to come",
+         make_state(0.03, three_waiting, all_arrived=True)),
+        ("2 running, 3 waiting, room for 4", make_state(0.5, three_waiting, [(7, 0.0), (8, 0.0)])),
+        ("4 running (full), 3 waiting", make_state(0.5, three_waiting, [(7, 0.0), (8, 0.0), (9, 0.0), (10, 0.0)],
+                                                   all_arrived=True)),
+    ]
+    if policy == "dynamic":
+        states += [
+            ("empty batch, oldest waited exactly the timeout (0.05 s)", make_state(0.05, [(0, 0.0), (1, 0.04)])),
+            ("empty batch, oldest waited 0.049 s < timeout", make_state(0.049, [(0, 0.0), (1, 0.04)])),
+            ("empty batch, oldest waited 0.2 s > timeout, 6 waiting", make_state(
+                0.2, [(i, 0.01 * i) for i in range(6)])),
+        ]
+    if policy == "priority":
+        states += [
+            ("1 running, urgent requests arrived last",
+             make_state(0.5, [(0, 0.0, 1), (1, 0.1, 1), (2, 0.2, 0), (3, 0.3, 0)], [(9, 0.0, 1)])),
+            ("empty batch, ties in priority broken by arrival",
+             make_state(0.5, [(0, 0.0, 2), (1, 0.1, 1), (2, 0.2, 1), (3, 0.3, 0), (4, 0.4, 2)])),
+        ]
+    return states
+
+
+def random_workload(seed: int, num_requests: int = 30, rate_per_s: float = 15.0, num_priorities: int = 1):
+    """A reproducible mixed workload (see ``course_lib.sim.batching.poisson_workload``)."""
+    return poisson_workload(num_requests, rate_per_s, seed=seed, num_priorities=num_priorities)
+
+
+def random_traces(seed: int, num_requests: int = 20) -> list[RequestTrace]:
+    """Reproducible traces with irregular token gaps, a 1-token request and an unsorted arrival order."""
+    rng = random.Random(seed)
+    traces = []
+    for request_id in range(num_requests):
+        arrival = rng.uniform(0, 2)
+        num_tokens = 1 if request_id == 3 else rng.randint(1, 12)
+        clock = arrival + rng.uniform(0.01, 0.5)
+        times = []
+        for _ in range(num_tokens):
+            times.append(clock)
+            clock += rng.uniform(0.005, 0.08)
+        traces.append(RequestTrace(request_id, arrival, rng.randint(4, 64), times))
+    rng.shuffle(traces)
+    return traces
+
+
+# ---------------------------------------------------------------------------------------------
+# Policies
+# ---------------------------------------------------------------------------------------------
+
+
+def _policy_name(policy: str) -> str:
+    if policy not in REFERENCE_POLICIES:
+        raise ValueError(f"policy must be one of {sorted(REFERENCE_POLICIES)}, got {policy!r}")
+    return policy
+
+
+def _bound(function: Callable, policy: str, timeout_s: float | None) -> Callable:
+    if policy == "dynamic":
+        if timeout_s is None:
+            raise ValueError("the dynamic policy needs timeout_s")
+        return functools.partial(function, timeout_s=timeout_s)
+    return function
+
+
+def _student_call(function: Callable, call: str, *args: Any) -> Any:
+    """Run the student's code on copies; a crash becomes a CheckFailed naming the call."""
+    arguments = copy.deepcopy(args)
+    try:
+        return function(*arguments)
+    except (NotImplementedError, CheckFailed):
+        raise
+    except Exception as error:
+        raise CheckFailed(
+            f"{call} raised {type(error).__name__}: {error}\n"
+            "  hint: read the traceback above this message; it points at the line in your answer."
+        ) from error
+
+
+def _describe_state(state: BatchState) -> str:
+    def ids(requests):
+        return [r.request_id for r in requests]
+
+    return (f"now={state.now:g} s, waiting={ids(state.waiting)}, running={ids(state.running)}, "
+            f"max_batch_size={state.max_batch_size}, all_arrived={state.all_arrived}")
+
+
+def check_policy_state(student_policy: Callable, policy: str, state: BatchState, timeout_s: float | None = None,
+                       description: str = "") -> None:
+    """The student's policy must admit the same requests (as a set) as the reference on ``state``."""
+    _policy_name(policy)
+    require_own_implementation(student_policy, f"{policy}_batching")
+    student = _bound(student_policy, policy, timeout_s)
+    reference = _bound(REFERENCE_POLICIES[policy], policy, timeout_s)
+    call = f"{policy}_batching(state{'' if timeout_s is None else f', timeout_s={timeout_s}'})"
+    got = _student_call(student, call, state)
+    expected = reference(state)
+    where = f"{call} on the state [{description}] {_describe_state(state)}"
+    if not isinstance(got, (list, tuple)) or not all(isinstance(r, SimRequest) for r in got):
+        fail(f"{where} must return a list of requests taken from state.waiting",
+             expected="list[SimRequest]", got=short_repr(got),
+             hint="return [] to admit nothing; otherwise a list of the SimRequest objects in state.waiting.")
+    got_ids = sorted(r.request_id for r in got)
+    expected_ids = sorted(r.request_id for r in expected)
+    if got_ids == expected_ids:
+        return
+    fail(f"{where}: admitted the wrong requests (shown by request_id)", expected=expected_ids, got=got_ids,
+         hint=_policy_hint(policy, state, got_ids, expected_ids))
+
+
+def _policy_hint(policy: str, state: BatchState, got_ids: list[int], expected_ids: list[int]) -> str:
+    running_ids = {r.request_id for r in state.running}
+    if set(got_ids) & running_ids:
+        return "a request in state.running is already in the batch; admit only requests from state.waiting."
+    room = state.max_batch_size - len(state.running)
+    if len(got_ids) > max(room, 0):
+        return (f"the batch holds at most max_batch_size = {state.max_batch_size} requests and {len(state.running)} "
+                f"already run, so at most {max(room, 0)} may join.")
+    if policy in ("static", "dynamic") and state.running and got_ids:
+        return (f"{policy} batching never adds to a batch that is running: it waits until the batch is empty "
+                "(state.running == ()) before it forms the next one.")
+    if policy == "static" and not got_ids and state.all_arrived:
+        return ("no more requests will arrive (state.all_arrived), so waiting for a full batch would wait forever: "
+                "run whatever is waiting.")
+    if policy == "static" and got_ids and not state.all_arrived and len(state.waiting) < state.max_batch_size:
+        return "static batching waits for a full batch (max_batch_size waiting) unless all requests have arrived."
+    if policy == "dynamic" and len(got_ids) != len(expected_ids):
+        waited = state.now - state.waiting[0].arrival_time if state.waiting else 0.0
+        return (f"a dynamic batch closes when max_batch_size requests wait OR when the oldest has waited "
+                f"timeout_s or more (here it waited {waited:.3f} s: compare now - arrival_time >= timeout_s).")
+    if policy == "priority":
+        return ("fill the free places with the most urgent requests: sort by (priority, arrival_time, request_id), "
+                "lower priority numbers first.")
+    if len(got_ids) == len(expected_ids):
+        return "take the requests that have waited longest: state.waiting is in arrival order, take from the front."
+    return f"with {max(room, 0)} free places and {len(state.waiting)} waiting, admit min(free places, waiting) requests."
+
+
+def check_policy_run(student_policy: Callable, policy: str, workload, max_batch_size: int,
+                     timeout_s: float | None = None, cost: StepCost | None = None) -> None:
+    """Simulating ``workload`` with the student's policy must give the reference run's token times."""
+    _policy_name(policy)
+    require_own_implementation(student_policy, f"{policy}_batching")
+    cost = cost or StepCost()
+    student = _bound(student_policy, policy, timeout_s)
+    reference = _bound(REFERENCE_POLICIES[policy], policy, timeout_s)
+    call = f"simulate({len(workload)} requests, {policy}_batching, max_batch_size={max_batch_size})"
+
+    def guarded(state):
+        try:
+            return student(copy.deepcopy(state))
+        except (NotImplementedError, CheckFailed, PolicyError):
+            raise
+        except Exception as error:
+            raise CheckFailed(f"{call}: your policy raised {type(error).__name__}: {error} on the state "
+                              f"{_describe_state(state)}") from error
+
+    try:
+        got = simulate(workload, guarded, max_batch_size=max_batch_size, cost=cost, max_iterations=200_000)
+    except PolicyError as error:
+        raise CheckFailed(f"{call}: the simulator refused your policy's answer: {error}\n"
+                          "  hint: admit only requests from state.waiting, each once, and never more than "
+                          "max_batch_size - len(state.running).") from error
+    except RuntimeError as error:
+        raise CheckFailed(f"{call}: {error}\n  hint: when the batch is empty and no more requests will arrive, "
+                          "the policy must admit the waiting ones.") from error
+    expected = simulate(workload, reference, max_batch_size=max_batch_size, cost=cost)
+    for got_trace, expected_trace in zip(got.traces, expected.traces):
+        if len(got_trace.token_times) == len(expected_trace.token_times) and all(
+            math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+            for a, b in zip(got_trace.token_times, expected_trace.token_times)
+        ):
+            continue
+        request_id = expected_trace.request_id
+        first_step = next(
+            (step for step in expected.steps if request_id in step.prefill_ids), None)
+        got_first_step = next((step for step in got.steps if request_id in step.prefill_ids), None)
+        fail(f"{call}: request {request_id} (arrived at {expected_trace.arrival_time:.4f} s) was not served "
+             "as under the reference policy: its first token came at a different time",
+             expected=f"first token at {expected_trace.token_times[0]:.4f} s "
+                      f"(admitted at {first_step.start:.4f} s)" if first_step else "never admitted",
+             got=f"first token at {got_trace.token_times[0]:.4f} s (admitted at {got_first_step.start:.4f} s)"
+                 if got_first_step else "never admitted",
+             hint="check your policy on the crafted states above: the first step where it admits a different "
+                  "set of requests makes every later timestamp differ.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics
+# ---------------------------------------------------------------------------------------------
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_percentile(student_percentile: Callable, values: list[float], q: float) -> None:
+    """``student_percentile(values, q)`` must equal the linear-interpolation percentile of ``values``."""
+    require_own_implementation(student_percentile, "percentile")
+    call = f"percentile({short_repr(values)}, {q})"
+    given = list(values)
+    got = _student_call(student_percentile, call, given, q)
+    expected = reference_percentile(values, q)
+    if _is_number(got) and math.isclose(got, expected, rel_tol=1e-9, abs_tol=1e-12):
+        return
+    ordered = sorted(values)
+    n = len(ordered)
+    hint = ("sort the values; the q-th percentile sits at rank r = (n - 1) * q / 100: take "
+            "v[floor(r)] + (r - floor(r)) * (v[floor(r) + 1] - v[floor(r)]).")
+    if _is_number(got):
+        nearest = {ordered[min(int(q / 100 * n), n - 1)], ordered[min(max(math.ceil(q / 100 * n) - 1, 0), n - 1)]}
+        if got in nearest and got != expected:
+            hint = (f"that is a nearest-rank value (index from q / 100 * n); this course interpolates at rank "
+                    f"(n - 1) * q / 100 = {(n - 1) * q / 100:g}, so the median of [1, 2, 3, 4] is 2.5.")
+        elif n > 1 and math.isclose(got, reference_percentile(values, min(q * 100, 100))) and q < 1:
+            hint = "q is in percent (0..100), not a fraction: the 99th percentile is q = 99."
+        elif n > 1 and values != ordered and _unsorted_percentile(values, q) == got:
+            hint = "sort the values first: percentiles are read from the ordered list."
+    else:
+        hint = "return one number (a float)."
+    fail(call, expected=expected, got=got, hint=hint)
+
+
+def _unsorted_percentile(values, q):
+    rank = (len(values) - 1) * q / 100
+    lower = math.floor(rank)
+    upper = min(lower + 1, len(values) - 1)
+    return values[lower] + (rank - lower) * (values[upper] - values[lower])
+
+
+def reference_metrics(traces) -> dict:
+    """What ``compute_metrics(traces)`` must return, computed with ``course_lib.metrics.summarize``."""
+    summary = summarize([trace.to_metrics() for trace in traces])
+
+    def stats(latency):
+        if latency is None:
+            return None
+        return {"mean": latency.mean, "p50": latency.median, "p99": latency.p99}
+
+    return {
+        "ttft": stats(summary.ttft),
+        "tpot": stats(summary.tpot),
+        "e2e": stats(summary.e2e_latency),
+        "requests_per_s": summary.requests_per_s,
+        "output_tokens_per_s": summary.output_tokens_per_s,
+    }
+
+
+def check_compute_metrics(student_compute_metrics: Callable, traces) -> None:
+    """``student_compute_metrics(traces)`` must match ``reference_metrics(traces)`` (relative 1e-6)."""
+    require_own_implementation(student_compute_metrics, "compute_metrics")
+    call = f"compute_metrics({len(traces)} traces)"
+    got = _student_call(student_compute_metrics, call, list(traces))
+    expected = reference_metrics(traces)
+    if not isinstance(got, dict):
+        fail(f"{call} must return a dict", expected=sorted(expected), got=type(got).__name__)
+    missing = [key for key in expected if key not in got]
+    if missing:
+        fail(f"{call}: keys missing from the result", expected=sorted(expected), got=sorted(got),
+             hint='the result has "ttft", "tpot", "e2e" (each {"mean", "p50", "p99"}), "requests_per_s" '
+                  'and "output_tokens_per_s".')
+    for key in THROUGHPUT_NAMES:
+        if not (_is_number(got[key]) and math.isclose(got[key], expected[key], rel_tol=1e-6)):
+            fail(f"{call}[{key!r}]", expected=expected[key], got=got[key], hint=_throughput_hint(key, traces, got[key]))
+    for metric in METRIC_NAMES:
+        if expected[metric] is None:
+            if got[metric] is not None:
+                fail(f"{call}[{metric!r}] must be None: no request has 2 or more tokens", expected=None,
+                     got=got[metric], hint="TPOT needs at least two tokens; with no such request it is undefined.")
+            continue
+        if not isinstance(got[metric], dict):
+            fail(f"{call}[{metric!r}] must be a dict with keys {STAT_NAMES}", expected=expected[metric],
+                 got=got[metric])
+        for stat in STAT_NAMES:
+            value = got[metric].get(stat)
+            if not (_is_number(value) and math.isclose(value, expected[metric][stat], rel_tol=1e-6, abs_tol=1e-12)):
+                fail(f"{call}[{metric!r}][{stat!r}] in seconds", expected=expected[metric][stat], got=value,
+                     hint=_latency_hint(metric, stat, traces, value))
+
+
+def _throughput_hint(key: str, traces, got) -> str:
+    duration = max(t.token_times[-1] for t in traces) - min(t.arrival_time for t in traces)
+    first_token_duration = max(t.token_times[-1] for t in traces) - min(t.token_times[0] for t in traces)
+    count = len(traces) if key == "requests_per_s" else sum(len(t.token_times) for t in traces)
+    if _is_number(got) and first_token_duration > 0 and math.isclose(got, count / first_token_duration, rel_tol=1e-6):
+        return "measure the duration from the earliest *arrival* to the latest finish, not from the first token."
+    unit = "requests" if key == "requests_per_s" else "output tokens (len(token_times), summed)"
+    return f"{unit} divided by the duration: latest finish (last token time) minus earliest arrival, in seconds."
+
+
+def _latency_hint(metric: str, stat: str, traces, got) -> str:
+    if metric == "tpot":
+        long_enough = [t for t in traces if len(t.token_times) >= 2]
+        by_n = [(t.token_times[-1] - t.token_times[0]) / len(t.token_times) for t in long_enough]
+        if stat == "mean" and _is_number(got) and by_n and math.isclose(got, sum(by_n) / len(by_n), rel_tol=1e-6):
+            return ("n tokens have n - 1 gaps between them: TPOT = (last token time - first token time) / "
+                    "(n - 1), and the first token's time belongs to TTFT.")
+        if any(len(t.token_times) < 2 for t in traces):
+            return ("leave requests with fewer than 2 tokens out of TPOT (it is undefined for them), and divide "
+                    "by n - 1, the number of gaps.")
+        return "per request, TPOT = (token_times[-1] - token_times[0]) / (len(token_times) - 1)."
+    start = "arrival_time"
+    if metric == "ttft":
+        what = "TTFT = token_times[0] - arrival_time (queueing counts: the user waited)"
+    else:
+        what = "end-to-end = token_times[-1] - arrival_time"
+    if stat != "mean":
+        return f"{what}; then use your percentile with q = {50 if stat == 'p50' else 99}."
+    return f"{what}, measured from {start} for every request, then averaged."

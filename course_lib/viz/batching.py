@@ -1,0 +1,97 @@
+"""Figures for the batching chapter: who runs in which step, and latency against throughput.
+
+- ``policy_timelines(results)``: one panel per policy; a row per request, a bar per step it ran in
+  (prefill dark, decode light) and a dot at its arrival, so idle places and waiting show at a glance.
+- ``latency_vs_throughput(series)``: one line per policy through (throughput, latency) points.
+
+Both return a ``matplotlib.figure.Figure`` and use no global pyplot state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from course_lib.sim.batching import SimResult
+
+__all__ = ["latency_vs_throughput", "policy_timelines"]
+
+PREFILL_COLOR = "#1f4e79"
+DECODE_COLOR = "#8fb8de"
+ARRIVAL_COLOR = "#c0392b"
+
+
+def policy_timelines(results: Mapping[str, SimResult], *, max_requests: int = 24,
+                     time_limit_s: float | None = None) -> Figure:
+    """One timeline per policy: requests on the y axis, seconds on the x axis.
+
+    results: {policy name: SimResult of the same workload}. max_requests: draw only the first
+    requests (by id) so the rows stay readable. time_limit_s: cut the x axis (default: the latest finish).
+    """
+    if not results:
+        raise ValueError("results must hold at least one policy's SimResult")
+    if max_requests < 1:
+        raise ValueError(f"max_requests must be >= 1, got {max_requests}")
+    figure = Figure(figsize=(10, 2.2 + 1.6 * len(results)), layout="constrained")
+    axes = figure.subplots(len(results), 1, sharex=True, squeeze=False)[:, 0]
+    latest = max(step.end for result in results.values() for step in result.steps)
+    for ax, (name, result) in zip(axes, results.items()):
+        shown = {trace.request_id for trace in result.traces[:max_requests]}
+        for step in result.steps:
+            for request_ids, color in ((step.prefill_ids, PREFILL_COLOR), (step.decode_ids, DECODE_COLOR)):
+                for request_id in request_ids:
+                    if request_id in shown:
+                        ax.broken_barh([(step.start, step.end - step.start)], (request_id - 0.4, 0.8),
+                                       facecolors=color, edgecolors="none")
+        for trace in result.traces[:max_requests]:
+            ax.plot(trace.arrival_time, trace.request_id, marker="o", markersize=3, color=ARRIVAL_COLOR,
+                    linestyle="none")
+        ax.set_ylabel("request id")
+        ax.set_ylim(max(shown) + 0.8, min(shown) - 0.8)
+        ax.set_title(f"{name}: {len(result.steps)} steps, at most {result.max_batch_size} requests per step",
+                     fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+    axes[-1].set_xlim(0, time_limit_s or latest)
+    axes[-1].set_xlabel("time (s)")
+    figure.legend(handles=[Patch(color=PREFILL_COLOR, label="prefill (first token)"),
+                           Patch(color=DECODE_COLOR, label="decode (one token)"),
+                           Patch(color=ARRIVAL_COLOR, label="arrival")],
+                  loc="outside lower center", fontsize=8, ncols=3)
+    figure.suptitle("Which request runs in which step")
+    return figure
+
+
+def latency_vs_throughput(series: Mapping[str, Sequence[tuple[float, float, str]]], *,
+                          latency_label: str = "p99 end-to-end latency (s)",
+                          throughput_label: str = "output tokens/s",
+                          title: str = "Latency against throughput") -> Figure:
+    """Latency (y) against throughput (x), one line of labelled points per policy.
+
+    series: {policy name: [(throughput, latency in seconds, point label), ...]}; a point label such as
+    "batch 4" is written next to its point ("" for none). Good policies sit low and to the right.
+    """
+    if not series:
+        raise ValueError("series must hold at least one policy")
+    figure = Figure(figsize=(7, 4.5), layout="constrained")
+    ax = figure.subplots()
+    for name, points in series.items():
+        if not points:
+            raise ValueError(f"series[{name!r}] has no points")
+        ordered = sorted(points, key=lambda point: point[0])
+        xs = [point[0] for point in ordered]
+        ys = [point[1] for point in ordered]
+        (line,) = ax.plot(xs, ys, marker="o", label=name)
+        for x, y, label in ordered:
+            if label:
+                ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8,
+                            color=line.get_color())
+    ax.set_xlabel(throughput_label)
+    ax.set_ylabel(latency_label)
+    ax.set_title(title)
+    ax.set_ylim(bottom=0)
+    ax.set_xlim(left=0)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return figure
