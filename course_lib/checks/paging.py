@@ -322,17 +322,18 @@ def check_allocate_and_free(student_cls: Any, num_blocks: int = 4, block_size: i
     mirror.run("free", "d")
 
 
-def check_append_slot(student_cls: Any, num_blocks: int = 3, block_size: int = 4) -> None:
+def check_append_slot(student_cls: Any, num_blocks: int = 4, block_size: int = 4) -> None:
     """Tokens fill the last block before a new block is taken; a full pool refuses to grow."""
     mirror = _Mirror(student_cls, num_blocks, block_size)
-    mirror.run("allocate", "a", _tokens(block_size - 1))
-    for _ in range(block_size + 1):
+    start = max(1, block_size - 1)
+    mirror.run("allocate", "a", _tokens(start))
+    for _ in range(2 * block_size - start + 1):  # fill two blocks, then one token into a third
         mirror.run("can_append", "a")
         mirror.run("append_slot", "a")
     mirror.run("allocate", "b", _tokens(1))
     for _ in range(block_size):
         mirror.run("can_append", "b")
-        mirror.run("append_slot", "b")  # the last one needs a block and none is free
+        mirror.run("append_slot", "b")  # with 4 blocks the last one needs a block and none is free
     mirror.run("free", "a")
     mirror.run("append_slot", "b")
 

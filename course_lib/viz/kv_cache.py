@@ -88,7 +88,7 @@ def cache_vs_recompute(num_new_tokens: Sequence[int], seconds_with_cache: Sequen
 def contiguous_pool(reservations: Sequence[Reservation], pool_slots: int, request_slots: int,
                     *, title: str | None = None) -> Figure:
     """The pool as one strip of slots, coloured by what each slot does (one reservation per box)."""
-    figure = Figure(figsize=(11, 2.2), layout="constrained")
+    figure = Figure(figsize=(11, 2.8), layout="constrained")
     axes = figure.subplots()
     for r in reservations:
         pieces = (("used", r.num_tokens), ("reserved_unused", r.final_len - r.num_tokens),
@@ -106,8 +106,9 @@ def contiguous_pool(reservations: Sequence[Reservation], pool_slots: int, reques
     axes.set(xlim=(0, pool_slots), yticks=[], xlabel="slot (one token's K and V in every layer)",
              title=title or f"Contiguous pool of {pool_slots} slots: {counts['used']} hold a token "
                             f"({counts['used'] / pool_slots:.0%})")
-    axes.legend(handles=[Patch(color=WASTE_COLOURS[k], label=WASTE_LABELS[k]) for k in WASTE_KINDS],
-                loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=3, fontsize=8, frameon=False)
+    figure.legend(handles=[Patch(facecolor=WASTE_COLOURS[k], edgecolor="#bdbdbd", label=WASTE_LABELS[k],
+                                 hatch="//" if k == "external" else None) for k in WASTE_KINDS],
+                  loc="outside lower center", ncol=3, fontsize=8, frameon=False)
     return figure
 
 
