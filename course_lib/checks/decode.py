@@ -232,8 +232,9 @@ def check_generate(
     elif len(got) != len(expected) and got[:len(expected)] == expected[:len(got)]:
         hint = (f"the tokens agree but you returned {len(got)} of them, the reference {len(expected)}: stop after "
                 "max_new_tokens tokens, or right after the eos token (included).")
-    fail(f"{call}: generated tokens differ from greedy decoding with the reference first at index {index}",
-         expected=expected, got=got, hint=hint)
+    fail(f"{call}: generated tokens differ from greedy decoding with the reference first at index {index} "
+         f"(both agree on {got[:index]}; shown from index {index} on)",
+         expected=expected[index:], got=got[index:], hint=hint)
 
 
 # ---------------------------------------------------------------------------------------------
