@@ -42,7 +42,7 @@ __all__ = [
     "make_request",
 ]
 
-register_reference_names("BlockAllocator", "Scheduler", "set_status", "stop_status", "LLMEngine")
+register_reference_names("BlockAllocator", "Scheduler", "set_status", "stop_status")
 
 EOS = 0
 """The end-of-sequence id of the fake requests the scheduler checks make."""
@@ -683,6 +683,20 @@ def _reference_greedy(model, tokenizer, prompts: tuple[str, ...], max_tokens: in
     return _REFERENCE_OUTPUTS[key]
 
 
+def _serve(engine, prompts: list[str], params, step_limit: int) -> list[list[int]]:
+    """``engine.generate`` one step at a time, giving up after ``step_limit`` steps (a scheduler that never
+    finishes its requests would otherwise loop forever). Returns each prompt's generated token ids."""
+    request_ids = [engine.add_request(prompt, params) for prompt in prompts]
+    tokens: dict[Any, list[int]] = {request_id: [] for request_id in request_ids}
+    for _ in range(step_limit):
+        if not engine.has_unfinished():
+            return [tokens[request_id] for request_id in request_ids]
+        for output in engine.step():
+            tokens[output.request_id].extend(output.new_token_ids)
+    raise RuntimeError(f"requests were still unfinished after {step_limit} steps; does update append the sampled "
+                       "tokens and finish requests at max_tokens?")
+
+
 def check_engine_matches_reference(allocator_cls: type, scheduler_cls: type, model, tokenizer, prompts: list[str], *,
                                    max_tokens: int = 12, num_blocks: int = 12, block_size: int = 16,
                                    max_num_seqs: int = 4, max_num_batched_tokens: int = 256,
@@ -703,17 +717,18 @@ def check_engine_matches_reference(allocator_cls: type, scheduler_cls: type, mod
     scheduler = _call(scheduler_cls, "scheduler_cls(config, allocator)", config, allocator, copy_args=False)
     engine = LLMEngine(model, tokenizer, allocator=allocator, scheduler=scheduler)
     greedy = SamplingParams(temperature=0.0, max_tokens=max_tokens)
-    outputs = _call(lambda: engine.generate(list(prompts), greedy, use_tqdm=False),
-                    "LLMEngine(model, tokenizer, allocator=your allocator, scheduler=your scheduler).generate(...)")
-    expected = _reference_greedy(model, tokenizer, tuple(prompts), max_tokens)
     setup = (f"{len(prompts)} prompts, max_tokens={max_tokens}, {num_blocks} blocks of {block_size}, "
              f"max_num_seqs={max_num_seqs}")
-    for index, (output, reference) in enumerate(zip(outputs, expected)):
-        if output.token_ids != reference:
-            where = next((i for i, (a, b) in enumerate(zip(output.token_ids, reference)) if a != b),
-                         min(len(output.token_ids), len(reference)))
+    generated = _call(lambda: _serve(engine, prompts, greedy, step_limit=10 * len(prompts) * (max_tokens + 2)),
+                      "LLMEngine(model, tokenizer, allocator=your allocator, scheduler=your scheduler) serving "
+                      f"({setup})")
+    expected = _reference_greedy(model, tokenizer, tuple(prompts), max_tokens)
+    for index, (tokens, reference) in enumerate(zip(generated, expected)):
+        if tokens != reference:
+            where = next((i for i, (a, b) in enumerate(zip(tokens, reference)) if a != b),
+                         min(len(tokens), len(reference)))
             fail(f"prompt {index}: your engine's greedy tokens differ from the reference engine's from token {where} "
-                 f"on ({setup}, {engine.stats.num_preemptions} preemptions)", expected=reference, got=output.token_ids,
+                 f"on ({setup}, {engine.stats.num_preemptions} preemptions)", expected=reference, got=tokens,
                  hint="if the scheduler and allocator checks pass, look at the allocator's block tables and slots "
                       "(a token written into another request's block changes what that request sees), and at what a "
                       "preempted request runs when it comes back.")

@@ -31,8 +31,7 @@ __all__ = [
     "tied_logits",
 ]
 
-register_reference_names("apply_temperature", "top_k_filter", "top_p_filter", "min_p_filter", "filtered_probs",
-                         "sample")
+register_reference_names("apply_temperature", "top_k_filter", "top_p_filter", "min_p_filter", "filtered_probs")
 
 # fp32 division by the same number is exact in torch and in a student's code alike; the tolerance
 # only forgives a multiplication by 1/T instead (one rounding more: relative error ~1e-7).
