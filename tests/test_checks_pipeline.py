@@ -15,6 +15,8 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from course_lib.checks import CheckFailed
 from course_lib.checks import pipeline as checks
@@ -82,14 +84,35 @@ def test_reference_allocator_passes(reference):
     checks.check_allocator_random(reference["BlockAllocator"], seed=7, num_ops=150, num_blocks=5, block_size=1)
 
 
-def test_the_course_allocator_passes_the_lockstep_checks():
+def test_the_lockstep_checks_pass_the_course_allocator():
+    """The lockstep comparison itself is sound: the reference, run as a student, matches itself."""
     from course_lib.paged import BlockAllocator
 
-    class Wrapped(BlockAllocator):  # defined here, so the re-export guard does not reject it
+    run = checks._Lockstep.__new__(checks._Lockstep)
+    run.student = BlockAllocator(12, 4)
+    run.reference = BlockAllocator(12, 4)
+    run.block_size, run.log, run.lengths = 4, [], {}
+    run.allocate("a", 6)
+    run.fork("a", "b")
+    run.append("b")
+    run.compare_state()
+
+
+def test_subclasses_of_the_reference_classes_earn_nothing():
+    from course_lib.paged import BlockAllocator
+    from course_lib.scheduler import Scheduler
+
+    class MyAllocator(BlockAllocator):
         def __init__(self, num_blocks, block_size):
             super().__init__(num_blocks, block_size)
 
-    checks.check_allocator_random(Wrapped, seed=11, num_ops=200)
+    class MyScheduler(Scheduler):
+        pass
+
+    with pytest.raises(CheckFailed, match="subclass of the course's reference"):
+        checks.check_allocator_interface(MyAllocator)
+    with pytest.raises(CheckFailed, match="subclass of the course's reference"):
+        checks.check_scheduler_scenario(MyScheduler, "all_fit")
 
 
 @pytest.mark.parametrize("name", sorted(checks.SCHEDULER_SCENARIOS))
@@ -100,6 +123,20 @@ def test_reference_scheduler_passes_every_scenario(reference, name):
 def test_reference_scheduler_passes_random_workloads(reference):
     for seed in range(6):
         checks.check_scheduler_random(reference["FCFSScheduler"], seed=seed)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32), num_requests=st.integers(1, 16))
+def test_reference_scheduler_passes_any_random_workload(reference, seed, num_requests):
+    """Property test: the check's promises (limits, right tokens, no leak, progress) hold for every workload."""
+    checks.check_scheduler_random(reference["FCFSScheduler"], seed=seed, num_requests=num_requests)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32), num_blocks=st.integers(1, 20), block_size=st.sampled_from([1, 2, 4, 16]))
+def test_reference_allocator_matches_the_course_allocator_on_any_sequence(reference, seed, num_blocks, block_size):
+    checks.check_allocator_random(reference["BlockAllocator"], seed=seed, num_ops=80, num_blocks=num_blocks,
+                                  block_size=block_size)
 
 
 def test_random_workloads_preempt_sometimes(reference, monkeypatch):

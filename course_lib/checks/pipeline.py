@@ -26,6 +26,7 @@ from course_lib.checks import CheckFailed, check, fail, register_reference_names
 from course_lib.paged import AllocatorProtocol, OutOfBlocksError
 from course_lib.paged import BlockAllocator as ReferenceAllocator
 from course_lib.scheduler import Request, RequestStatus, SchedulerConfig, SchedulerOutput, SchedulerProtocol
+from course_lib.scheduler import Scheduler as ReferenceScheduler
 
 __all__ = [
     "EOS",
@@ -68,6 +69,15 @@ def make_request(request_id: Any, num_prompt_tokens: int, max_tokens: int = 4, *
     """A fresh WAITING request with a prompt of ``num_prompt_tokens`` ids in 1..50 (never EOS)."""
     prompt = [1 + (len(str(request_id)) * 7 + i) % 50 for i in range(num_prompt_tokens)]
     return Request(request_id, prompt, FakeParams(max_tokens=max_tokens, **params), eos_token_id=EOS)
+
+
+def _require_own_class(cls: Any, name: str, reference_cls: type) -> None:
+    """The re-export guard, plus: a subclass of the reference class inherits the answer, so it earns nothing."""
+    require_own_implementation(cls, name)
+    if isinstance(cls, type) and issubclass(cls, reference_cls):
+        fail(f"{name} is a subclass of the course's reference {reference_cls.__module__}.{reference_cls.__name__}.",
+             hint="write the class yourself (it may subclass nothing, or the Protocol); inheriting the reference "
+                  "earns no points.", show_values=False)
 
 
 def _call(function: Callable, name: str, *args: Any, copy_args: bool = True) -> Any:
@@ -145,7 +155,7 @@ def check_move_all_pairs(move: Callable) -> None:
 
 
 def _build_allocator(allocator_cls: type, num_blocks: int, block_size: int):
-    require_own_implementation(allocator_cls, "BlockAllocator")
+    _require_own_class(allocator_cls, "BlockAllocator", ReferenceAllocator)
     allocator = _call(allocator_cls, f"BlockAllocator(num_blocks={num_blocks}, block_size={block_size})",
                       num_blocks, block_size)
     missing = [name for name in ("block_size", "num_blocks", "num_free_blocks", "blocks_needed", "can_allocate",
@@ -346,7 +356,7 @@ class _Harness:
 
     def __init__(self, scheduler_cls: type, *, num_blocks: int, block_size: int = 4, max_num_seqs: int = 8,
                  max_num_batched_tokens: int = 64, max_model_len: int = 1000) -> None:
-        require_own_implementation(scheduler_cls, "the scheduler class")
+        _require_own_class(scheduler_cls, "the scheduler class", ReferenceScheduler)
         self.allocator = ReferenceAllocator(num_blocks, block_size, enable_prefix_caching=False)
         self.config = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                       enable_chunked_prefill=False, max_model_len=max_model_len)
@@ -709,8 +719,8 @@ def check_engine_matches_reference(allocator_cls: type, scheduler_cls: type, mod
     from course_lib.engine import LLMEngine
     from course_lib.sampling import SamplingParams
 
-    require_own_implementation(allocator_cls, "BlockAllocator")
-    require_own_implementation(scheduler_cls, "the scheduler class")
+    _require_own_class(allocator_cls, "BlockAllocator", ReferenceAllocator)
+    _require_own_class(scheduler_cls, "the scheduler class", ReferenceScheduler)
     allocator = _call(allocator_cls, f"BlockAllocator({num_blocks}, {block_size})", num_blocks, block_size)
     config = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                              enable_chunked_prefill=False, max_model_len=model.config.max_position_embeddings)
