@@ -120,7 +120,8 @@ def _size_hint(got: Any, expected: int, config: ConfigSizes, per_token: int) -> 
     group = config.num_q_heads / config.num_kv_heads
     if group != 1 and abs(ratio - group) < 1e-9:
         return (f"too large by num_q_heads / num_kv_heads = {group:g}: only the KV heads are cached "
-                "(grouped-query attention shares each K/V head between several query heads).")
+                "(grouped-query attention shares each K/V head between several query heads); use "
+                "num_kv_heads x head_dim per layer, not num_q_heads x head_dim (= hidden_size).")
     if abs(ratio - 0.5) < 1e-9:
         return "half the expected size: count both tensors, a key AND a value per token (the factor 2)."
     if abs(ratio - 2) < 1e-9:
@@ -128,8 +129,6 @@ def _size_hint(got: Any, expected: int, config: ConfigSizes, per_token: int) -> 
     for wrong, right in ((8, 1), (16, 2), (32, 4)):
         if abs(ratio - wrong / right) < 1e-9:
             return "8 times too large: the element size is in bytes (fp16: 2), not bits (16)."
-    if abs(ratio - config.hidden_size / (config.num_kv_heads * config.head_dim)) < 1e-9:
-        return "use num_kv_heads x head_dim per layer, not hidden_size (that counts the query heads)."
     if expected % per_token == 0 and got == per_token:
         return "that is the size of one token; multiply by seq_len and batch_size."
     return "bytes = 2 (K and V) x num_layers x num_kv_heads x head_dim x bytes per element, per token."

@@ -115,7 +115,7 @@ class _Mirror:
         else:
             self._compare_result(operation, args, expected, got, table_before)
         self._update_live(operation, args, expected_error)
-        self._compare_state(f"after {_describe(operation, args)}", operation)
+        self._compare_state(f"after {_describe(operation, args)}", "refused" if expected_error else operation)
         return got
 
     def _apply_student(self, operation: str, args: tuple) -> tuple[Any, Exception | None]:
@@ -259,6 +259,9 @@ class _Mirror:
 def _free_hint(operation: str | None, got: Any, expected: int) -> str:
     if not isinstance(got, int):
         return "num_free_blocks is a property that returns an int (the length of your free list)."
+    if operation == "refused":
+        return ("an operation that fails must change nothing: check that enough blocks are free BEFORE taking "
+                "any (ask can_allocate / can_append first), then raise OutOfBlocksError.")
     if operation == "free" and got > expected:
         return ("too many blocks came back: a block that another sequence still holds (after fork) must stay "
                 "taken; decrease its ref count and return it to the free list only when the count reaches 0.")

@@ -1,0 +1,158 @@
+"""The chapter-4 checks (course_lib.checks.paging) accept the solution's BlockAllocator, reject the
+demo students' allocators and other typical mistakes with feedback that names the mistake, and
+refuse the course's own allocator.
+
+The student's class comes from the solution notebook's answer cell, defined with exec.
+"""
+
+from __future__ import annotations
+
+import re
+import runpy
+from collections import deque
+from pathlib import Path
+
+import nbformat
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from course_lib.checks import CheckFailed
+from course_lib.checks import paging as checks
+from course_lib.paged import AllocatorProtocol, BlockAllocator, OutOfBlocksError
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTION = ROOT / "solutions" / "lab01-text-to-tensors" / "04_paging.ipynb"
+DEMO_SPECS = ROOT / "autograde" / "demo" / "lab01-text-to-tensors"
+SOLUTION_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[^\n]*\n?", re.MULTILINE)
+
+
+def _solution_source() -> str:
+    notebook = nbformat.read(SOLUTION, as_version=4)
+    (cell,) = [c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "block_allocator"]
+    return SOLUTION_MARKER.sub("", cell.source)
+
+
+def _allocator_class(source: str | None = None) -> type:
+    namespace = {"deque": deque, "OutOfBlocksError": OutOfBlocksError}
+    exec(source or _solution_source(), namespace)
+    return namespace["BlockAllocator"]
+
+
+def _edited(old: str, new: str) -> type:
+    source = _solution_source()
+    assert old in source, old
+    return _allocator_class(source.replace(old, new))
+
+
+def _fails(call, phrase: str) -> str:
+    with pytest.raises(CheckFailed) as info:
+        call()
+    assert phrase in str(info.value), str(info.value)
+    return str(info.value)
+
+
+ALL_SCRIPTED = [
+    checks.check_interface,
+    lambda cls: checks.check_blocks_needed(cls, 16, [0, 1, 15, 16, 17, 50]),
+    checks.check_allocate_and_free,
+    checks.check_append_slot,
+    lambda cls: checks.check_append_slot(cls, block_size=1),
+    checks.check_slot,
+    checks.check_fork_and_copy_on_write,
+]
+
+
+def test_solution_passes_every_scripted_check():
+    cls = _allocator_class()
+    for check in ALL_SCRIPTED:
+        check(cls)
+
+
+def test_solution_satisfies_the_engine_protocol():
+    assert isinstance(_allocator_class()(4, 16), AllocatorProtocol)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 10**6), num_blocks=st.integers(1, 10), block_size=st.sampled_from([1, 2, 3, 4, 16]))
+def test_solution_passes_random_operation_sequences(seed, num_blocks, block_size):
+    checks.check_random_operations(_SOLUTION_CLASS, seed, num_operations=150, num_blocks=num_blocks,
+                                   block_size=block_size)
+
+
+_SOLUTION_CLASS = _allocator_class()
+
+
+def test_free_ignoring_ref_counts_demo_student_fails():
+    cls = _allocator_class(runpy.run_path(str(DEMO_SPECS / "buggy-free-ignores-ref-counts.py"))["ANSWERS"]["block_allocator"])
+    checks.check_allocate_and_free(cls)  # no sharing: looks right
+    _fails(lambda: checks.check_fork_and_copy_on_write(cls), "the count reaches 0")
+    with pytest.raises(CheckFailed):
+        for seed in range(10):
+            checks.check_random_operations(cls, seed)
+
+
+def test_no_copy_on_write_demo_student_fails():
+    cls = _allocator_class(runpy.run_path(str(DEMO_SPECS / "buggy-no-copy-on-write.py"))["ANSWERS"]["block_allocator"])
+    checks.check_append_slot(cls)
+    _fails(lambda: checks.check_fork_and_copy_on_write(cls), "copy-on-write")
+
+
+def test_floor_division_in_blocks_needed_is_reported():
+    cls = _edited("return -(-num_tokens // self.block_size)", "return num_tokens // self.block_size")
+    _fails(lambda: checks.check_blocks_needed(cls, 16, [0, 1, 15, 16, 17, 50]), "round UP")
+
+
+def test_allocating_without_checking_the_pool_is_reported():
+    cls = _edited("        if not self.can_allocate(token_ids):\n", "        if False:\n")
+    message = _fails(lambda: checks.check_allocate_and_free(cls), "must change nothing")
+    assert "allocate('b', <16 tokens>)" in message  # the operation history points at the culprit
+
+
+def test_append_that_always_takes_a_block_is_reported():
+    cls = _edited("if self.num_tokens[seq_id] % self.block_size == 0:  # the last block is full",
+                  "if True:")
+    _fails(lambda: checks.check_append_slot(cls), "num_free_blocks after append_slot")
+
+
+def test_fork_that_copies_blocks_is_reported():
+    cls = _edited("""        for block in parent_table:
+            self.ref_counts[block] += 1
+        self.tables[child_id] = list(parent_table)""", """        self.tables[child_id] = [self.free_blocks.popleft() for _ in parent_table]
+        for block in self.tables[child_id]:
+            self.ref_counts[block] = 1""")
+    _fails(lambda: checks.check_fork_and_copy_on_write(cls), "fork takes no new blocks")
+
+
+def test_slot_without_the_block_table_is_reported():
+    cls = _edited("return table[position // self.block_size] * self.block_size + position % self.block_size",
+                  "return position")
+    _fails(lambda: checks.check_slot(cls), "slot = block_table[position // block_size]")
+
+
+def test_allocate_must_return_zero():
+    cls = _edited("        self.num_tokens[seq_id] = len(token_ids)\n        return 0",
+                  "        self.num_tokens[seq_id] = len(token_ids)\n        return len(token_ids)")
+    _fails(lambda: checks.check_allocate_and_free(cls), "must return 0")
+
+
+def test_the_course_allocator_and_subclasses_earn_nothing():
+    _fails(lambda: checks.check_interface(BlockAllocator), "reference implementation")
+
+    class Sneaky(BlockAllocator):
+        pass
+
+    _fails(lambda: checks.check_interface(Sneaky), "inherits from the course's")
+
+
+def test_unwritten_class_raises_not_implemented():
+    source = re.sub(r"### BEGIN SOLUTION.*?### END SOLUTION", "raise NotImplementedError()",
+                    _solution_source_with_markers(), flags=re.DOTALL)
+    with pytest.raises(NotImplementedError):
+        checks.check_interface(_allocator_class(source))
+
+
+def _solution_source_with_markers() -> str:
+    notebook = nbformat.read(SOLUTION, as_version=4)
+    (cell,) = [c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "block_allocator"]
+    return cell.source
