@@ -80,7 +80,7 @@ def test_worked_example_numbers():
 
 
 def test_query_heads_demo_student_fails_with_a_gqa_hint():
-    student = _student(_demo_answers("buggy-kv-query-heads"))
+    student = _student(_demo_answers("buggy-cache-counts-query-heads"))
     _fails(lambda: checks.check_kv_cache_bytes_per_token(student["kv_cache_bytes_per_token"], checks.LLAMA3_8B,
                                                          torch.float16), "only the KV heads are cached")
     _fails(lambda: checks.check_matches_real_allocations(student["kv_cache_bytes"], 128, torch.float32),

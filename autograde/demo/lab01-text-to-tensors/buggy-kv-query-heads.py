@@ -1,26 +1,20 @@
-"""Demo student: the KV cache counts the query heads instead of the KV heads."""
+"""Demo student: the KV cache sized with the query heads."""
 
 DESCRIPTION = (
-    'kv_cache_bytes_per_token multiplies by num_q_heads (ignores grouped-query attention): loses the per-token, '
-    'batch and real-allocation cells (SmolLM2 has 9 query but 3 KV heads), keeps the token-count and waste '
-    'cells: expected 5/10'
+    "inference_memory sizes the KV cache with num_q_heads instead of num_kv_heads: right for Llama-2 (as many "
+    "KV heads as query heads), three times too big for SmolLM2 (9 query, 3 KV heads); the visible tests use "
+    "Llama-2-13B and pass, the hidden SmolLM2 cases fail: loses test_inference_memory (3 points), expected 9/12"
 )
 BASE = "solution"
 ANSWERS = {
-    'kv_cache_bytes_per_token': '''
-def kv_cache_bytes_per_token(config, dtype):
-    """Bytes of keys and values that one token takes in the cache, over all layers.
-
-    Args:
-        config: the model's sizes (num_layers, num_q_heads, num_kv_heads, head_dim, ...).
-        dtype: torch.dtype the cache stores (torch.float16, torch.float32, ...).
-    Returns:
-        int: 2 x num_layers x num_kv_heads x head_dim x bytes per element.
-    """
-    bytes_per_element = torch.empty((), dtype=dtype).element_size()
-    # A key and a value per KV head: query heads that share a KV head add nothing (GQA).
-    return 2 * config.num_layers * config.num_q_heads * config.head_dim * bytes_per_element
-
+    "inference_memory": '''
+def inference_memory(num_parameters, precision, config, batch_size, seq_len, kv_precision="fp16"):
+    """Bytes serving keeps: the weights and the KV cache."""
+    per_token = 2 * config.num_layers * config.num_q_heads * config.head_dim * BYTES_PER_ELEMENT[kv_precision]
+    return {
+        "weights": num_parameters * BYTES_PER_ELEMENT[precision],
+        "kv_cache": per_token * seq_len * batch_size,
+    }
 ''',
 }
-EXPECTED = {'03_kv_cache': 5}
+EXPECTED = {"02_training_vs_inference": 9}
