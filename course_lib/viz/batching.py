@@ -39,12 +39,9 @@ def policy_timelines(results: Mapping[str, SimResult], *, max_requests: int = 24
     latest = max(step.end for result in results.values() for step in result.steps)
     for ax, (name, result) in zip(axes, results.items()):
         shown = {trace.request_id for trace in result.traces[:max_requests]}
-        for step in result.steps:
-            for request_ids, color in ((step.prefill_ids, PREFILL_COLOR), (step.decode_ids, DECODE_COLOR)):
-                for request_id in request_ids:
-                    if request_id in shown:
-                        ax.broken_barh([(step.start, step.end - step.start)], (request_id - 0.4, 0.8),
-                                       facecolors=color, edgecolors="none")
+        for request_id, (prefill, decode) in _bars_per_request(result, shown).items():
+            ax.broken_barh(prefill, (request_id - 0.4, 0.8), facecolors=PREFILL_COLOR, edgecolors="none")
+            ax.broken_barh(decode, (request_id - 0.4, 0.8), facecolors=DECODE_COLOR, edgecolors="none")
         for trace in result.traces[:max_requests]:
             ax.plot(trace.arrival_time, trace.request_id, marker="o", markersize=3, color=ARRIVAL_COLOR,
                     linestyle="none")
@@ -61,6 +58,26 @@ def policy_timelines(results: Mapping[str, SimResult], *, max_requests: int = 24
                   loc="outside lower center", fontsize=8, ncols=3)
     figure.suptitle("Which request runs in which step")
     return figure
+
+
+def _bars_per_request(result: SimResult, shown: set[int]) -> dict[int, tuple[list, list]]:
+    """{request_id: (prefill bars, decode bars)} as (start, width) pairs; back-to-back decode steps
+    merge into one bar, so a figure has a few artists per request rather than one per step."""
+    bars: dict[int, tuple[list, list]] = {request_id: ([], []) for request_id in shown}
+    for step in result.steps:
+        for request_id in step.prefill_ids:
+            if request_id in shown:
+                bars[request_id][0].append((step.start, step.end - step.start))
+        for request_id in step.decode_ids:
+            if request_id not in shown:
+                continue
+            decode = bars[request_id][1]
+            if decode and abs(decode[-1][0] + decode[-1][1] - step.start) < 1e-12:
+                start, _ = decode[-1]
+                decode[-1] = (start, step.end - start)
+            else:
+                decode.append((step.start, step.end - step.start))
+    return bars
 
 
 def latency_vs_throughput(series: Mapping[str, Sequence[tuple[float, float, str]]], *,
