@@ -34,6 +34,8 @@ def prefix_cache_savings(ttft_ms_by_policy: Mapping[str, Sequence[float]], block
         ttfts = list(ttft_ms_by_policy[policy])
         positions = [user + (number - (len(policies) - 1) / 2) * width for user in range(len(ttfts))]
         left.bar(positions, ttfts, width=width, color=colours[number % len(colours)], label=policy)
+    tallest = max(max(ttfts, default=0.0) for ttfts in ttft_ms_by_policy.values())
+    left.set_ylim(0, tallest * 1.3 or 1.0)  # room for the legend above the bars
     left.set_xlabel("user (request)")
     left.set_ylabel("time to first token (ms)")
     left.set_title("TTFT per user", fontsize=10)
@@ -42,7 +44,7 @@ def prefix_cache_savings(ttft_ms_by_policy: Mapping[str, Sequence[float]], block
                      color=[colours[number % len(colours)] for number in range(len(policies))])
     right.bar_label(bars)
     right.set_xlabel("policy")
-    right.set_ylabel(f"KV blocks in use at the peak ({block_size} tokens each)")
-    right.set_title("KV memory held", fontsize=10)
+    right.set_ylabel("peak KV blocks in use")
+    right.set_title(f"KV memory held (blocks of {block_size} tokens)", fontsize=10)
     fig.suptitle(title, fontsize=11)
     return fig
