@@ -185,7 +185,11 @@ def tiny_model(seed: int = 0) -> LlamaModel:
     config = ModelConfig(num_layers=2, hidden_size=32, num_q_heads=4, num_kv_heads=2, head_dim=8, vocab_size=96,
                          intermediate_size=64, max_position_embeddings=256, rope_theta=10000.0, rms_norm_eps=1e-5)
     weights = random_weights(config, seed=seed)
-    weights["embed_tokens"] = weights["embed_tokens"] * 8  # sharper logits: no near-ties between tokens
+    # Stronger layer outputs than the residual's embedding: with tied embeddings the model would
+    # otherwise mostly repeat its input token, and a wrong position would go unnoticed.
+    for layer in range(config.num_layers):
+        weights[f"layers.{layer}.o_proj"] = weights[f"layers.{layer}.o_proj"] * 3
+        weights[f"layers.{layer}.down_proj"] = weights[f"layers.{layer}.down_proj"] * 3
     return LlamaModel(config, weights).eval()
 
 

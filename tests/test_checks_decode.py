@@ -1,0 +1,170 @@
+"""The chapter-3 checks (course_lib.checks.decode) accept the reference answers of
+solutions/lab02-prefill-vs-decode/03_decode.ipynb and reject typical bugs, including each demo
+student's, with feedback that names the mistake.
+
+The answers (and the notebook's given ``prompt_attention``) are run with exec in a fresh namespace.
+Fast tests use the checks' tiny random model; one slow test runs SmolLM2.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import runpy
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_lib.checks import CheckFailed
+from course_lib.checks import decode as checks
+from course_lib.model import ModelConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTION = ROOT / "solutions" / "lab02-prefill-vs-decode" / "03_decode.ipynb"
+DEMO_SPECS = ROOT / "autograde" / "demo" / "lab02-prefill-vs-decode"
+SOLUTION_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[^\n]*\n?", re.MULTILINE)
+
+
+def _cells():
+    return nbformat.read(SOLUTION, as_version=4).cells
+
+
+def _answer_sources() -> dict[str, str]:
+    return {
+        cell.metadata["nbgrader"]["grade_id"]: SOLUTION_MARKER.sub("", cell.source)
+        for cell in _cells()
+        if cell.metadata.get("nbgrader", {}).get("solution")
+    }
+
+
+def _student(replacements: dict[str, str] | None = None) -> dict:
+    namespace = {"__name__": "__main__", "math": math, "torch": torch, "F": F}
+    given = next(cell.source for cell in _cells() if "def prompt_attention" in cell.source)
+    exec(compile(given, "<given prompt_attention>", "exec"), namespace)
+    for grade_id, source in _answer_sources().items():
+        exec(compile((replacements or {}).get(grade_id, source), f"<answer {grade_id}>", "exec"), namespace)
+    return namespace
+
+
+def _demo_answers(name: str) -> dict[str, str]:
+    return runpy.run_path(str(DEMO_SPECS / f"{name}.py"))["ANSWERS"]
+
+
+def _replace_in_answer(grade_id: str, old: str, new: str) -> dict:
+    source = _answer_sources()[grade_id]
+    assert old in source, f"{old!r} not in the reference answer {grade_id}"
+    return _student({grade_id: source.replace(old, new)})
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return _student()
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return checks.tiny_model(seed=3)
+
+
+def test_reference_answers_pass(reference, tiny):
+    for shape in ((3, 1, 1, 2), (20, 9, 3, 64), (1, 9, 3, 64), (33, 6, 1, 7)):
+        checks.check_decode_attention(reference["decode_attention"], *shape)
+    checks.check_decode_attention(reference["decode_attention"], 12, 4, 4, 32, scale=0.05)
+    checks.check_decode_cache(reference["DecodeCache"], prompt_len=5, num_decode_steps=3)
+    checks.check_decode_cache(reference["DecodeCache"], prompt_len=1, num_decode_steps=4, num_layers=1)
+    checks.check_generate(reference["generate"], tiny, list(range(5, 45)), 30)
+    checks.check_generate(reference["generate"], tiny, [7], 1)
+    checks.check_decode_step_cost(reference["decode_step_cost"], tiny.config, 5, 17, 4)
+
+
+def test_tiny_model_does_not_repeat_itself(tiny):
+    # The generate checks on the tiny model only catch position bugs if its output depends on more than the last token.
+    from course_lib.model import greedy_generate
+
+    assert len(set(greedy_generate(tiny, list(range(5, 45)), 30))) > 5
+
+
+@pytest.mark.slow
+def test_reference_generate_matches_on_smollm2(reference, smollm2):
+    model, _ = smollm2
+    checks.check_generate(reference["generate"], model, [504, 3575, 282, 4649, 314], 20)
+    checks.check_decode_step_cost(reference["decode_step_cost"], ModelConfig.from_gguf(), 64, 100, 2)
+
+
+def test_demo_append_after_attend_is_named():
+    student = _student(_demo_answers("buggy-append-after-attend"))
+    with pytest.raises(CheckFailed, match="append k and v to the cache BEFORE"):
+        checks.check_decode_cache(student["DecodeCache"], prompt_len=5, num_decode_steps=3)
+
+
+def test_demo_rope_position_is_named(tiny):
+    student = _student(_demo_answers("buggy-rope-position"))
+    with pytest.raises(CheckFailed, match="positions passed with the new tokens were"):
+        checks.check_generate(student["generate"], tiny, list(range(5, 45)), 30)
+
+
+def test_wrong_group_view_is_named():
+    # Query head h read as group member h // num_kv_heads of kv head h % num_kv_heads (heads tiled, not grouped).
+    source = (_answer_sources()["decode_attention"]
+              .replace("q.view(num_kv_heads, num_q_heads // num_kv_heads, head_dim)",
+                       "q.view(num_q_heads // num_kv_heads, num_kv_heads, head_dim).transpose(0, 1)")
+              .replace("return output.reshape(num_q_heads, head_dim)",
+                       "return output.transpose(0, 1).reshape(num_q_heads, head_dim)"))
+    student = _student({"decode_attention": source})
+    with pytest.raises(CheckFailed, match="view q as"):
+        checks.check_decode_attention(student["decode_attention"], 20, 9, 3, 64)
+
+
+def test_missing_scale_in_decode_is_named():
+    student = _replace_in_answer("decode_attention", "k_cache) * scale", "k_cache)")
+    with pytest.raises(CheckFailed, match="1 / sqrt"):
+        checks.check_decode_attention(student["decode_attention"], 20, 9, 3, 64)
+
+
+def test_wrong_seq_len_is_named():
+    student = _replace_in_answer("DecodeCache", "return self.lengths[-1]", "return self.lengths[0] - 1")
+    with pytest.raises(CheckFailed, match="seq_len"):
+        checks.check_decode_cache(student["DecodeCache"], prompt_len=5, num_decode_steps=3)
+
+
+def test_generate_without_cache_is_named(reference, tiny):
+    def generate(model, prompt_ids, max_new_tokens):
+        ids = list(prompt_ids)
+        cache = reference["DecodeCache"](model.config.num_layers, len(ids) + max_new_tokens,
+                                         model.config.num_kv_heads, model.config.head_dim)
+        generated = []
+        for _ in range(max_new_tokens):
+            cache.lengths = [0] * model.config.num_layers  # start over: recompute everything every step
+            logits = model(torch.tensor(ids + generated), None, cache)
+            generated.append(int(logits[-1].argmax()))
+        return generated
+
+    with pytest.raises(CheckFailed, match="exactly one new token"):
+        checks.check_generate(generate, tiny, [5, 6, 7], 4)
+
+
+def test_generate_with_the_course_cache_earns_nothing(tiny):
+    from course_lib.kv_cache import KVCache
+
+    def generate(model, prompt_ids, max_new_tokens):
+        cache = KVCache(model.config, len(prompt_ids) + max_new_tokens)
+        logits = model(torch.tensor(prompt_ids), cache.next_positions(len(prompt_ids)), cache)
+        return [int(logits[-1].argmax())]
+
+    with pytest.raises(CheckFailed, match="reference|instead of your DecodeCache"):
+        checks.check_generate(generate, tiny, [5, 6, 7], 1)
+
+
+def test_generate_that_forgets_the_stop_rule_is_named(reference, tiny):
+    student = _replace_in_answer("generate", "len(generated) == max_new_tokens", "len(generated) == max_new_tokens + 1")
+    with pytest.raises(CheckFailed, match="stop after max_new_tokens"):
+        checks.check_generate(student["generate"], tiny, [5, 6, 7], 4)
+
+
+def test_decode_cost_without_lm_head_is_named(tiny):
+    student = _replace_in_answer("decode_step_cost", "flops += 2 * batch_size * hidden * config.vocab_size", "")
+    with pytest.raises(CheckFailed, match="wrong number of flops"):
+        checks.check_decode_step_cost(student["decode_step_cost"], tiny.config, 5, 17, 4)
