@@ -30,6 +30,8 @@ def test_plot_filter_stages_labels_every_panel():
         assert axes[1].get_title(loc="left").startswith("top-k 2: 2 tokens")
         heights = [bar.get_height() for bar in axes[1].patches]
         assert heights[2:] == [0.0, 0.0] and sum(heights) == pytest.approx(1.0)
+        crosses = axes[1].lines[0].get_xdata()
+        assert list(crosses) == [2, 3] and not axes[0].lines  # filtered tokens marked, none in the raw panel
     finally:
         plt.close(figure)
 

@@ -23,8 +23,8 @@ def plot_filter_stages(stages: Sequence[tuple[str, torch.Tensor]], labels: Calla
 
     stages: (name, logits ``[vocab]``) pairs, the first being the raw distribution; filtered tokens are
     -inf (probability 0). labels: token id -> the text shown under its bar. The same ``top_n`` tokens
-    (the most likely under the first stage) are shown in every panel, so a bar that vanishes was
-    filtered. Each panel's title says how many tokens of the whole vocabulary are still possible.
+    (the most likely under the first stage) are shown in every panel; a filtered one has no bar and a
+    red cross on the axis. Each panel's title says how many tokens of the whole vocabulary are still possible.
     Returns the Figure.
     """
     if not stages:
@@ -39,10 +39,12 @@ def plot_filter_stages(stages: Sequence[tuple[str, torch.Tensor]], labels: Calla
         probs = torch.softmax(logits.double(), dim=-1)
         num_possible = int((probs > 0).sum())
         heights = [float(probs[token_id]) for token_id in shown]
-        bars = axis.bar(range(len(shown)), heights, color="tab:blue")
-        for bar, token_id in zip(bars, shown):
-            if probs[token_id] == 0:
-                bar.set_color("lightgray")
+        axis.bar(range(len(shown)), heights, color="tab:blue")
+        filtered = [index for index, token_id in enumerate(shown) if probs[token_id] == 0]
+        if filtered:
+            # A filtered token has no bar; a cross on the axis shows it was there and is gone.
+            axis.plot(filtered, [0.0] * len(filtered), "x", color="tab:red", label="filtered out")
+            axis.legend(loc="upper right", fontsize=8)
         axis.set_ylabel("probability")
         axis.set_ylim(0, max(max(heights), 1e-9) * 1.15)
         axis.set_title(f"{name}: {num_possible:,} tokens possible", fontsize=10, loc="left")
