@@ -37,3 +37,13 @@ def test_a_demo_student_hands_in_the_notebooks_its_expected_names():
     assert partial.hands_in("02_b") and not partial.hands_in("01_a")
     everything = DemoStudent("correct", "")
     assert everything.hands_in("01_a") and everything.hands_in("02_b")
+
+
+def test_kernels_graded_side_by_side_get_their_share_of_threads(monkeypatch):
+    from course_lib.grading.layout import kernel_environment
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert kernel_environment(1)["OMP_NUM_THREADS"] == "1"
+    assert "OMP_NUM_THREADS" not in kernel_environment()
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the instructor's own setting wins
+    assert kernel_environment(1)["OMP_NUM_THREADS"] == "3"

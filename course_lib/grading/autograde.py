@@ -10,6 +10,8 @@ tests scrubbed out.
 
 from __future__ import annotations
 
+import os
+
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -225,6 +227,9 @@ def grade(submissions_dir: Path, out_dir: Path, *, solutions_dir: Path, known_la
         Workspace.create(None if workspace_dir is None else workspace_dir / f"worker-{index}", timeout=timeout)
         for index in range(jobs)
     ]
+    if jobs > 1:  # the workers' kernels share the cores
+        for workspace in workspaces:
+            workspace.kernel_threads = max(1, (os.cpu_count() or 1) // jobs)
     shares = [discovery.submissions[index::jobs] for index in range(jobs)]
     results: dict[int, LabResult] = {}
     position = {id(submission): index for index, submission in enumerate(discovery.submissions)}

@@ -78,9 +78,19 @@ def gpu_available() -> bool:
         return False
 
 
-def kernel_environment() -> dict[str, str]:
-    """Environment for notebook kernels: Triton interpreted on a CPU, quiet progress bars and hubs offline."""
+def kernel_environment(threads: int | None = None) -> dict[str, str]:
+    """Environment for notebook kernels: Triton interpreted on a CPU, quiet progress bars and hubs offline.
+
+    ``threads`` caps the math threads of each kernel (OMP_NUM_THREADS) unless the caller's environment
+    already sets them: kernels graded side by side must share the cores, or each one's PyTorch spins
+    a thread per core and a small generate() runs ten times slower than alone.
+    """
     env = dict(os.environ)
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"threads must be at least 1, got {threads}")
+        env.setdefault("OMP_NUM_THREADS", str(threads))
+        env.setdefault("MKL_NUM_THREADS", str(threads))
     bin_dir = str(Path(sys.executable).parent)
     # nbgrader shells out to `alembic`, which lives next to this Python.
     env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
@@ -100,6 +110,7 @@ class Workspace:
 
     root: Path
     timeout: int = 120
+    kernel_threads: int | None = None  # math threads per notebook kernel (None: PyTorch's default)
 
     @classmethod
     def create(cls, root: Path | None = None, *, timeout: int = 120) -> "Workspace":
@@ -134,7 +145,7 @@ class Workspace:
         return subprocess.run(
             command,
             cwd=self.root,
-            env=kernel_environment(),
+            env=kernel_environment(self.kernel_threads),
             capture_output=True,
             text=True,
             timeout=timeout,
