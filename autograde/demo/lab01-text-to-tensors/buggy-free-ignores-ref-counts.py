@@ -85,7 +85,7 @@ class BlockAllocator:
         return copy
 
     def mark_computed(self, seq_id, token_ids, num_computed_tokens):
-        """Nothing to do without prefix caching (the engine calls it after each step)."""
+        """Nothing to do without prefix caching (the engine calls it after each step): given."""
         return None
 
     def free(self, seq_id):
