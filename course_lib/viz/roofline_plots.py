@@ -59,8 +59,9 @@ def roofline_figure(
         ax.loglog(x, roof, color="black", linewidth=1.6, label="roofline")
         ridge = machine.ridge_point
         ax.axvline(ridge, color=GREY, linestyle="--", linewidth=0.9)
-        ax.annotate(f"ridge point\n{ridge:.3g} FLOP/B", (ridge, machine.peak_flops / scale),
-                    xytext=(6, -30), textcoords="offset points", fontsize=8, color=GREY)
+        floor = low * machine.memory_bandwidth / scale / 2
+        ax.text(ridge * 1.15, machine.peak_flops / scale / 5, f"ridge point\n{ridge:.3g} FLOP/B", fontsize=8,
+                color=GREY)
         ax.text(x[0] * 1.2, machine.peak_flops / scale * 1.25, "memory-bound", fontsize=9, color=BLUE)
         ax.text(ridge * 1.6, machine.peak_flops / scale * 1.25, "compute-bound", fontsize=9, color=VERMILLION)
         for (label, intensity), colour in zip(points.items(), colours):
@@ -72,12 +73,13 @@ def roofline_figure(
                 ax.plot([intensity], [achieved / scale], "x", color="black", markersize=8, markeredgewidth=1.5)
                 ax.annotate(label, (intensity, achieved / scale), xytext=(4, -12), textcoords="offset points",
                             fontsize=7)
-        ax.set_ylim(machine.peak_flops / scale * low * machine.memory_bandwidth / machine.peak_flops / 2,
-                    machine.peak_flops / scale * 3)
+        ax.set_ylim(floor, machine.peak_flops / scale * 3)
         ax.set_xlabel("arithmetic intensity (FLOP per byte moved)")
         ax.set_ylabel(f"attainable throughput ({unit})")
-        ax.set_title(f"{machine.name}\n{machine.peak_flops / scale:.3g} {unit} peak, "
-                     f"{machine.memory_bandwidth / 1e9:.3g} GB/s memory", fontsize=10)
+        bandwidth = (f"{machine.memory_bandwidth / 1e12:.3g} TB/s" if machine.memory_bandwidth >= 1e12
+                     else f"{machine.memory_bandwidth / 1e9:.3g} GB/s")
+        ax.set_title(f"{machine.name}\n{machine.peak_flops / scale:.3g} {unit} peak, {bandwidth} memory",
+                     fontsize=10)
         ax.legend(fontsize=7, loc="lower right")
     return fig
 
