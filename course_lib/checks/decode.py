@@ -179,6 +179,10 @@ class _RecordingModel:
 
     forward = __call__
 
+    def __getattr__(self, name: str) -> Any:
+        # Anything else a student's loop may use (parameters(), eval(), ...) comes from the real model.
+        return getattr(self._model, name)
+
 
 def tiny_model(seed: int = 0) -> LlamaModel:
     """A 2-layer random-weight Llama (hidden 32, 4 query / 2 kv heads of 8, vocab 96) for fast checks."""
