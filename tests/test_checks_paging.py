@@ -52,6 +52,8 @@ def _fails(call, phrase: str) -> str:
     return str(info.value)
 
 
+_SOLUTION_CLASS = _allocator_class()
+
 ALL_SCRIPTED = [
     checks.check_interface,
     lambda cls: checks.check_blocks_needed(cls, 16, [0, 1, 15, 16, 17, 50]),
@@ -78,9 +80,6 @@ def test_solution_satisfies_the_engine_protocol():
 def test_solution_passes_random_operation_sequences(seed, num_blocks, block_size):
     checks.check_random_operations(_SOLUTION_CLASS, seed, num_operations=150, num_blocks=num_blocks,
                                    block_size=block_size)
-
-
-_SOLUTION_CLASS = _allocator_class()
 
 
 def test_free_ignoring_ref_counts_demo_student_fails():

@@ -20,8 +20,14 @@ from typing import Any, Callable
 
 import torch
 
-from course_lib.checks import CheckFailed, expect_equal, fail, register_reference_names, require_own_implementation
-from course_lib.checks import short_repr
+from course_lib.checks import (
+    CheckFailed,
+    expect_equal,
+    fail,
+    register_reference_names,
+    require_own_implementation,
+    short_repr,
+)
 from course_lib.kv_cache import KVCache, kv_cache_bytes, kv_cache_bytes_per_token
 from course_lib.model import ModelConfig
 from course_lib.paged import PagedKVCache
