@@ -17,6 +17,7 @@ counter, so it can tell "wrong tokens" from "right tokens, but recomputed everyt
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Callable
 
 import torch
@@ -150,9 +151,9 @@ def check_generation_flops(student_generation_flops: Callable, config: ModelConf
 def _as_int(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, numbers.Integral):   # int or a numpy integer
+        return int(value)
+    if isinstance(value, numbers.Real) and float(value).is_integer():
         return int(value)
     return None
 
@@ -218,8 +219,8 @@ def check_greedy_generate(student_greedy_generate: Callable, model: torch.nn.Mod
         elif len(got) < len(expected) and expected[: len(got)] == got:
             hint = f"generate max_new_tokens = {max_new_tokens} tokens (unless the end-of-sequence token comes first)."
         elif use_cache and index >= 1:
-            hint = ("the first token is right, the later ones are not: with a cache, pass the new token's position "
-                    "(cache.next_positions(1)), and feed only the token just generated.")
+            hint = (f"the first {index} token(s) match, then they drift: with a cache, pass each new token's "
+                    "position (cache.next_positions(1)), and feed only the token just generated.")
         fail(f"{call}: the generated ids differ first at step {index}", expected=expected, got=got, hint=hint)
     expected_tokens = reference_tokens_processed(len(prompt_ids), len(expected), use_cache)
     if counting.tokens_run != expected_tokens:

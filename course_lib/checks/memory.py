@@ -10,6 +10,7 @@ out Adam's fp32 master copy, reading the KV cache with the query heads.
 from __future__ import annotations
 
 import math
+import numbers
 from functools import lru_cache
 from typing import Any, Callable
 
@@ -112,7 +113,8 @@ def _describe(config: ModelConfig) -> str:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """An int, a float or a numpy scalar (np.prod returns one), but not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _close(got: Any, expected: float) -> bool:
@@ -180,7 +182,7 @@ def check_count_parameters(student_count_parameters: Callable, config: ModelConf
     if expected is None:
         expected = count_parameters(config, tied_embeddings)
     call = f"count_parameters({_describe(config)}, tied_embeddings={tied_embeddings})"
-    if not (isinstance(got, int) and not isinstance(got, bool)):
+    if not (isinstance(got, numbers.Integral) and not isinstance(got, bool)):
         if _is_number(got) and float(got).is_integer():
             got = int(got)
         else:
