@@ -18,6 +18,7 @@ tensor a torch function returns (deterministic, unlike peak-memory counters).
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from typing import Any, Callable
 
 import torch
@@ -36,6 +37,7 @@ __all__ = [
     "check_linear_cost",
     "check_naive_attention",
     "largest_tensor_during",
+    "one_thread",
     "random_qkv",
     "sdpa_reference",
 ]
@@ -69,6 +71,21 @@ def run_student(function: Callable, call: str, *args: Any, **kwargs: Any) -> Any
             f"{call} raised {type(error).__name__}: {error}\n"
             "  hint: read the traceback above this message; it points at the line in your answer."
         ) from error
+
+
+@contextmanager
+def one_thread():
+    """Run torch on one thread inside the block (the previous count is restored).
+
+    The tiled attention and a decode step are hundreds of tiny operations; on a busy machine each
+    one waits for torch's thread pool, which can make a check ten times slower than on one thread.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def random_qkv(
@@ -215,7 +232,8 @@ def check_flash_attention(
     if isinstance(got, torch.Tensor) and got.shape == expected.shape and not _close(got, expected):
         one_tile = dict(kwargs, block_q=q_len, block_k=kv_len)
         try:
-            single = student_flash_attention(q.clone(), k.clone(), v.clone(), **one_tile)
+            with one_thread():
+                single = student_flash_attention(q.clone(), k.clone(), v.clone(), **one_tile)
         except Exception:  # the diagnosis is best effort; the failure below stands on its own
             single = None
         if isinstance(single, torch.Tensor) and _close(single, expected):
@@ -261,7 +279,7 @@ def largest_tensor_during(function: Callable, *args: Any, **kwargs: Any) -> tupl
 def _run_own_attention(student_function: Callable, call: str, *args: Any, **kwargs: Any) -> Any:
     """Run the student's attention; fail if it hands the work to torch's fused attention."""
     tracker = _LargestTensor()
-    with tracker:
+    with one_thread(), tracker:
         result = run_student(student_function, call, *args, **kwargs)
     if "scaled_dot_product_attention" in tracker.functions_called:
         fail(f"{call} calls torch's scaled_dot_product_attention, the function it is checked against",
@@ -279,10 +297,11 @@ def check_flash_attention_memory(
     require_own_implementation(student_flash_attention, "flash_attention")
     q, k, v = random_qkv(seq_len, seq_len, num_q_heads, num_kv_heads, head_dim, seed=7)
     call = _describe_call("flash_attention", q, k, f", block_q={block}, block_k={block}")
-    got, largest, description = run_student(
-        largest_tensor_during, call, student_flash_attention, q.clone(), k.clone(), v.clone(),
-        block_q=block, block_k=block,
-    )
+    with one_thread():
+        got, largest, description = run_student(
+            largest_tensor_during, call, student_flash_attention, q.clone(), k.clone(), v.clone(),
+            block_q=block, block_k=block,
+        )
     full_matrix = seq_len * seq_len
     if largest >= full_matrix:
         fail(f"{call} created a tensor as large as a full {seq_len} x {seq_len} score matrix",

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from course_lib import roofline
 from course_lib.checks import fail, register_reference_names, require_own_implementation, short_repr
-from course_lib.checks.attention import ATOL, RTOL, random_qkv, run_student
+from course_lib.checks.attention import ATOL, RTOL, one_thread, random_qkv, run_student
 from course_lib.kv_cache import KVCache
 from course_lib.model import LlamaModel, ModelConfig, greedy_generate, load_smollm2, random_weights
 
@@ -206,9 +206,9 @@ def check_generate(
     require_own_implementation(student_generate, "generate")
     recording = _RecordingModel(model)
     call = f"generate(model, {short_repr(list(prompt_ids))}, max_new_tokens={max_new_tokens})"
-    with torch.inference_mode():
+    with one_thread(), torch.inference_mode():
         got = run_student(student_generate, call, recording, list(prompt_ids), max_new_tokens)
-    expected = greedy_generate(model, prompt_ids, max_new_tokens)
+        expected = greedy_generate(model, prompt_ids, max_new_tokens)
     if not isinstance(got, list) or not all(isinstance(token, int) for token in got):
         fail(f"{call} must return a list of ints (the new token ids)", expected="list[int]",
              got=short_repr(got))
