@@ -229,7 +229,8 @@ def _policy_hint(policy: str, state: BatchState, got_ids: list[int], expected_id
                 "lower priority numbers first.")
     if len(got_ids) == len(expected_ids):
         return "take the requests that have waited longest: state.waiting is in arrival order, take from the front."
-    return f"with {max(room, 0)} free places and {len(state.waiting)} waiting, admit min(free places, waiting) requests."
+    return (f"with {max(room, 0)} free places and {len(state.waiting)} waiting, admit min(free places, waiting) "
+            "requests.")
 
 
 def check_policy_run(student_policy: Callable, policy: str, workload, max_batch_size: int,
@@ -375,7 +376,6 @@ def check_compute_metrics(student_compute_metrics: Callable, traces) -> None:
 
 
 def _throughput_hint(key: str, traces, got) -> str:
-    duration = max(t.token_times[-1] for t in traces) - min(t.arrival_time for t in traces)
     first_token_duration = max(t.token_times[-1] for t in traces) - min(t.token_times[0] for t in traces)
     count = len(traces) if key == "requests_per_s" else sum(len(t.token_times) for t in traces)
     if _is_number(got) and first_token_duration > 0 and math.isclose(got, count / first_token_duration, rel_tol=1e-6):
