@@ -168,3 +168,17 @@ def test_decode_cost_without_lm_head_is_named(tiny):
     student = _replace_in_answer("decode_step_cost", "flops += 2 * batch_size * hidden * config.vocab_size", "")
     with pytest.raises(CheckFailed, match="wrong number of flops"):
         checks.check_decode_step_cost(student["decode_step_cost"], tiny.config, 5, 17, 4)
+
+
+def test_cache_that_wraps_the_course_cache_earns_nothing():
+    from course_lib.kv_cache import KVCache
+
+    class DecodeCache:
+        def __init__(self, num_layers, max_seq_len, num_kv_heads, head_dim):
+            self.inner = KVCache(checks._small_config(num_layers, 4, num_kv_heads, head_dim, max_seq_len), max_seq_len)
+
+        def attend(self, layer_index, q, k, v):
+            return self.inner.attend(layer_index, q, k, v)
+
+    with pytest.raises(CheckFailed, match="holds the course's KVCache"):
+        checks.check_decode_cache(DecodeCache, prompt_len=5, num_decode_steps=3)

@@ -35,7 +35,9 @@ __all__ = [
     "tiny_model",
 ]
 
-register_reference_names("KVCache", "greedy_generate", "forward_cost", "decode_attention")
+# KVCache is not registered: other chapters hand it to students as a given tool. Its use inside
+# the student's cache is caught by check_decode_cache instead.
+register_reference_names("greedy_generate", "forward_cost", "decode_attention")
 
 
 def _close(got: torch.Tensor, expected: torch.Tensor) -> bool:
@@ -115,6 +117,9 @@ def check_decode_cache(
     config = _small_config(num_layers, num_q_heads, num_kv_heads, head_dim, max_seq_len)
     name = f"DecodeCache({num_layers}, {max_seq_len}, {num_kv_heads}, {head_dim})"
     cache = run_student(student_cache_class, name, num_layers, max_seq_len, num_kv_heads, head_dim)
+    if any(isinstance(part, KVCache) for part in (cache, *vars(cache).values())):
+        fail(f"{name} is or holds the course's KVCache, not your own cache", hint="store the keys and values "
+             "in tensors of your own; reusing the reference earns no points.", show_values=False)
     reference = KVCache(config, max_seq_len)
     generator = torch.Generator().manual_seed(seed)
     steps = [prompt_len] + [1] * num_decode_steps
