@@ -253,8 +253,9 @@ def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, bytes_
 def training_vs_inference_memory(num_params: float = 13e9, kv_cache_tokens: int = 8 * 2048) -> Figure:
     """Stacked bars: what training keeps per weight against what inference keeps, for one model size.
 
-    Training (mixed precision with Adam): fp16 weights and gradients (2 B each) and Adam's two fp32
-    moments (4 B each); activations come on top and depend on batch and sequence length. Inference:
+    Training (mixed precision with Adam, ``course_lib.memory.TRAINING_PRECISIONS["fp16"]``): fp16
+    weights and gradients (2 B each), an fp32 master copy of the weights and Adam's two fp32 moments
+    (4 B each), 16 B per parameter; activations come on top and depend on batch and sequence length. Inference:
     weights at fp16 or int4 plus a KV cache of ``kv_cache_tokens`` tokens with Llama-2-13B's shape
     (40 layers, 40 KV heads, head_dim 128, fp16).
     """
@@ -262,12 +263,12 @@ def training_vs_inference_memory(num_params: float = 13e9, kv_cache_tokens: int 
     _check_int_at_least("kv_cache_tokens", kv_cache_tokens, 0)
     kv_gb = kv_cache_tokens * kv_bytes_per_token(40, 40, 128, 2) / GB
     bars = {
-        "training\n(fp16 + Adam)": [("weights (fp16)", 2), ("gradients (fp16)", 2), ("Adam 1st moment (fp32)", 4),
-                                    ("Adam 2nd moment (fp32)", 4)],
+        "training\n(fp16 + Adam)": [("weights (fp16)", 2), ("gradients (fp16)", 2), ("master weights (fp32)", 4),
+                                    ("Adam 1st moment (fp32)", 4), ("Adam 2nd moment (fp32)", 4)],
         "inference\nfp16": [("weights (fp16)", 2)],
         "inference\nint4": [("weights (int4)", 0.5)],
     }
-    colours = {"weights (fp16)": BLUE, "weights (int4)": SKY, "gradients (fp16)": ORANGE,
+    colours = {"weights (fp16)": BLUE, "weights (int4)": SKY, "gradients (fp16)": ORANGE, "master weights (fp32)": GREY,
                "Adam 1st moment (fp32)": VERMILLION, "Adam 2nd moment (fp32)": PURPLE, "KV cache": GREEN}
     fig, ax = _new_figure(width=7.5, height=3.8)
     seen: set[str] = set()
