@@ -86,8 +86,9 @@ def latency_vs_throughput(series: Mapping[str, Sequence[tuple[float, float, str]
                           title: str = "Latency against throughput") -> Figure:
     """Latency (y) against throughput (x), one line of labelled points per policy.
 
-    series: {policy name: [(throughput, latency in seconds, point label), ...]}; a point label such as
-    "batch 4" is written next to its point ("" for none). Good policies sit low and to the right.
+    series: {policy name: [(throughput, latency in seconds, point label), ...]}, joined in the order
+    given (rising load or batch size); a point label such as "batch 4" is written next to its point
+    ("" for none). Good policies sit low and to the right.
     """
     if not series:
         raise ValueError("series must hold at least one policy")
@@ -96,11 +97,10 @@ def latency_vs_throughput(series: Mapping[str, Sequence[tuple[float, float, str]
     for name, points in series.items():
         if not points:
             raise ValueError(f"series[{name!r}] has no points")
-        ordered = sorted(points, key=lambda point: point[0])
-        xs = [point[0] for point in ordered]
-        ys = [point[1] for point in ordered]
+        xs = [point[0] for point in points]
+        ys = [point[1] for point in points]
         (line,) = ax.plot(xs, ys, marker="o", label=name)
-        for x, y, label in ordered:
+        for x, y, label in points:
             if label:
                 ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8,
                             color=line.get_color())
