@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course_lib.checks import CheckFailed
+from course_lib.checks import CheckFailed, one_thread
 from course_lib.checks import paging as checks
 from course_lib.paged import AllocatorProtocol, BlockAllocator, OutOfBlocksError
 
@@ -161,14 +161,11 @@ def test_solution_allocator_serves_through_the_engine_like_the_reference():
     """What chapter 5 does on SmolLM2, on a tiny random model: same greedy tokens, every block back."""
     import random
 
-    import torch
-
     from course_lib.engine import LLMEngine
     from course_lib.model import LlamaModel, random_weights
     from course_lib.sampling import SamplingParams
     from course_lib.scheduler import Scheduler, SchedulerConfig
-    from tests.test_engine import ByteTokenizer
-    from tests.tiny_models import tiny_config
+    from tests.tiny_models import ByteTokenizer, tiny_config
 
     config = tiny_config(vocab_size=300, max_position_embeddings=256, bos_token_id=None, eos_token_id=None)
     model = LlamaModel(config, random_weights(config, seed=0)).eval()
@@ -180,12 +177,8 @@ def test_solution_allocator_serves_through_the_engine_like_the_reference():
         scheduler = Scheduler(SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=32, max_model_len=256),
                               allocator)
         engine = LLMEngine(model, ByteTokenizer(), allocator=allocator, scheduler=scheduler)
-        previous = torch.get_num_threads()
-        torch.set_num_threads(1)  # tiny matrices: threads only add hand-off costs
-        try:
+        with one_thread():  # tiny matrices: threads only add hand-off costs
             return [o.token_ids for o in engine.generate(prompts, greedy, use_tqdm=False)]
-        finally:
-            torch.set_num_threads(previous)
 
     student = _SOLUTION_CLASS(num_blocks=16, block_size=4)  # room for 1-2 requests: forces preemptions
     assert run(student) == run(BlockAllocator(16, 4, enable_prefix_caching=False))

@@ -7,13 +7,12 @@ flip is far less likely, and a real bug (a wrong slot, a wrong mask) changes tok
 
 from __future__ import annotations
 
-import contextlib
 import random
-from collections.abc import Sequence
 
 import pytest
 import torch
 
+from course_lib.checks import one_thread
 from course_lib.detokenizer import IncrementalDetokenizer
 from course_lib.engine import LLMEngine
 from course_lib.model import LlamaModel, greedy_generate, random_weights
@@ -21,41 +20,15 @@ from course_lib.model_runner import paged_decode_attention_torch
 from course_lib.paged import AllocatorProtocol, BlockAllocator
 from course_lib.sampling import SamplingParams
 from course_lib.scheduler import Scheduler, SchedulerConfig
-from tests.tiny_models import tiny_config
+from tests.tiny_models import ByteTokenizer, tiny_config
 
 TINY = tiny_config(vocab_size=300, max_position_embeddings=256, bos_token_id=None, eos_token_id=None)
 
 
-class ByteTokenizer:
-    """Token i is the byte i % 256 (ids 256.. repeat them): enough to test text handling."""
-
-    def __init__(self, eos_token_id=None) -> None:
-        self.eos_token_id = eos_token_id
-
-    def encode(self, text: str) -> list[int]:
-        return list(text.encode("utf-8"))
-
-    def decode_token_bytes(self, token_id: int) -> bytes:
-        return bytes([token_id % 256])
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return b"".join(self.decode_token_bytes(i) for i in ids).decode("utf-8", errors="replace")
-
-
-@contextlib.contextmanager
-def one_thread():
-    """Tiny matrices gain nothing from threads, and on a busy machine each OpenMP hand-off between
-    threads can cost milliseconds. The slow SmolLM2 tests keep torch's default."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
 @pytest.fixture(autouse=True)
 def one_thread_for_tiny_shapes(request):
+    """Tiny matrices gain nothing from threads, and on a busy machine each OpenMP hand-off between
+    threads can cost milliseconds. The slow SmolLM2 tests keep torch's default."""
     if request.node.get_closest_marker("slow"):
         yield
         return

@@ -1,6 +1,9 @@
-"""Tiny Llama configurations for fast tests: random weights, a few layers, the real code paths."""
+"""Tiny models for fast tests: Llama configurations (random weights, a few layers, the real code paths)
+and a byte tokenizer to serve them with."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from course_lib.model import ModelConfig
 
@@ -23,3 +26,19 @@ def tiny_config(**overrides) -> ModelConfig:
     )
     sizes.update(overrides)
     return ModelConfig(**sizes)
+
+
+class ByteTokenizer:
+    """Token i is the byte i % 256 (ids 256.. repeat them): enough to test text handling."""
+
+    def __init__(self, eos_token_id=None) -> None:
+        self.eos_token_id = eos_token_id
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode_token_bytes(self, token_id: int) -> bytes:
+        return bytes([token_id % 256])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return b"".join(self.decode_token_bytes(i) for i in ids).decode("utf-8", errors="replace")

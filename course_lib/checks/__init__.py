@@ -5,23 +5,39 @@ checked, what was expected, what came back and a hint, because that message is t
 student reads. A check that can only run on a GPU raises ``NeedsGPU``; the grader reports it as
 "skipped: needs a GPU" instead of a failure.
 
-Lab-specific checks live in ``course_lib.checks.<lab module>`` (e.g. ``lab01``).
+Shared helpers for the lab check modules:
+
+- ``call_student(function, name, *args)`` calls a student's function (on copies of the arguments)
+  and turns a crash into a CheckFailed that names the call and the error;
+- ``one_thread()`` runs torch on one thread inside a ``with`` block, for checks made of many tiny
+  operations;
+- ``fail``, ``check``, ``expect_equal``, ``expect_close`` raise the house-format feedback;
+- ``require_own_implementation`` refuses an answer that re-exports the course's reference.
+
+The checks for each concept live in ``course_lib.checks.<concept>`` (e.g. ``tokenization``,
+``paging``); a notebook imports the one it needs, usually as ``checks``.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import reprlib
 import types
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, Callable
 
 __all__ = [
     "CheckFailed",
+    "DEFAULT_CRASH_HINT",
     "NeedsGPU",
+    "call_student",
     "check",
     "expect_equal",
     "expect_close",
     "fail",
+    "one_thread",
     "require_gpu",
     "require_own_implementation",
     "short_repr",
@@ -84,6 +100,65 @@ def expect_close(got: float, expected: float, what: str, *, rel: float = 1e-6, a
         ok = False
     if not ok:
         fail(f"{what} (tolerance: relative {rel:g}, absolute {abs_:g})", expected=expected, got=got, hint=hint)
+
+
+DEFAULT_CRASH_HINT = "read the traceback above this message; it points at the line in your answer."
+
+
+def call_student(function: Callable, name: str, /, *args: Any, copy_args: bool = True, show_args: bool = True,
+                 hints: Mapping[type[BaseException], str] | None = None, **kwargs: Any) -> Any:
+    """``function(*args, **kwargs)`` for a student's function; a crash becomes readable feedback.
+
+    The function gets deep copies of the arguments (``copy_args=False`` passes them as they are:
+    for objects the check must see changed, such as the student's own allocator, or a tensor
+    whose in-place change the check looks for). NotImplementedError passes through unchanged
+    (it means "not written yet") and so does CheckFailed (already feedback). Any other exception
+    becomes a CheckFailed that names the call, ``name(argument reprs)`` or just ``name`` when
+    ``show_args=False`` (for a ``name`` that already describes the call), and the error; the
+    original exception stays attached (``from error``), so the traceback still points into the
+    answer. The hint is ``hints``' entry for the error's type or its nearest base class that has
+    one, else DEFAULT_CRASH_HINT.
+    """
+    arguments, keywords = (copy.deepcopy(args), copy.deepcopy(kwargs)) if copy_args else (args, kwargs)
+    try:
+        return function(*arguments, **keywords)
+    except (NotImplementedError, CheckFailed):
+        raise
+    except Exception as error:
+        call = _describe_call(name, args, kwargs) if show_args else name
+        raise CheckFailed(f"{call} raised {type(error).__name__}: {error}\n"
+                          f"  hint: {_crash_hint(error, hints or {})}") from error
+
+
+def _describe_call(name: str, args: tuple, kwargs: dict[str, Any]) -> str:
+    shown = [short_repr(argument) for argument in args]
+    shown += [f"{key}={short_repr(value)}" for key, value in kwargs.items()]
+    return f"{name}({', '.join(shown)})"
+
+
+def _crash_hint(error: Exception, hints: Mapping[type[BaseException], str]) -> str:
+    for error_type in type(error).__mro__:  # the most specific type first
+        if error_type in hints:
+            return hints[error_type]
+    return DEFAULT_CRASH_HINT
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run torch on one thread inside the block (the previous count is restored).
+
+    A check made of hundreds of tiny operations (tiled attention, a decode step on a small model)
+    gains nothing from threads; on a busy machine each operation waits for torch's thread pool,
+    which can make the check ten times slower than on one thread.
+    """
+    import torch  # here, not at the top: the pure-Python checks need not load torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def require_gpu(what: str = "this check") -> None:

@@ -18,7 +18,6 @@ tensor a torch function returns (deterministic, unlike peak-memory counters).
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from typing import Any, Callable
 
 import torch
@@ -26,7 +25,14 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from course_lib import roofline
-from course_lib.checks import CheckFailed, fail, register_reference_names, require_own_implementation, short_repr
+from course_lib.checks import (
+    call_student,
+    fail,
+    one_thread,
+    register_reference_names,
+    require_own_implementation,
+    short_repr,
+)
 
 __all__ = [
     "ATOL",
@@ -37,7 +43,6 @@ __all__ = [
     "check_linear_cost",
     "check_naive_attention",
     "largest_tensor_during",
-    "one_thread",
     "random_qkv",
     "sdpa_reference",
 ]
@@ -52,40 +57,8 @@ ATOL = 1e-5
 
 
 # ---------------------------------------------------------------------------------------------
-# Helpers (chapter 3's checks reuse run_student)
+# Helpers (chapter 3's checks reuse random_qkv)
 # ---------------------------------------------------------------------------------------------
-
-
-def run_student(function: Callable, call: str, *args: Any, **kwargs: Any) -> Any:
-    """Call the student's function; a crash becomes a CheckFailed that names the call.
-
-    NotImplementedError passes through (it means "not written yet"); the original exception
-    stays attached, so the traceback still points into the answer.
-    """
-    try:
-        return function(*args, **kwargs)
-    except (NotImplementedError, CheckFailed):
-        raise
-    except Exception as error:
-        raise CheckFailed(
-            f"{call} raised {type(error).__name__}: {error}\n"
-            "  hint: read the traceback above this message; it points at the line in your answer."
-        ) from error
-
-
-@contextmanager
-def one_thread():
-    """Run torch on one thread inside the block (the previous count is restored).
-
-    The tiled attention and a decode step are hundreds of tiny operations; on a busy machine each
-    one waits for torch's thread pool, which can make a check ten times slower than on one thread.
-    """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def random_qkv(
@@ -280,7 +253,7 @@ def _run_own_attention(student_function: Callable, call: str, *args: Any, **kwar
     """Run the student's attention; fail if it hands the work to torch's fused attention."""
     tracker = _LargestTensor()
     with one_thread(), tracker:
-        result = run_student(student_function, call, *args, **kwargs)
+        result = call_student(student_function, call, *args, copy_args=False, show_args=False, **kwargs)
     if "scaled_dot_product_attention" in tracker.functions_called:
         fail(f"{call} calls torch's scaled_dot_product_attention, the function it is checked against",
              hint="compute the scores, the mask, the softmax and the weighted sum yourself.", show_values=False)
@@ -298,9 +271,9 @@ def check_flash_attention_memory(
     q, k, v = random_qkv(seq_len, seq_len, num_q_heads, num_kv_heads, head_dim, seed=7)
     call = _describe_call("flash_attention", q, k, f", block_q={block}, block_k={block}")
     with one_thread():
-        got, largest, description = run_student(
+        got, largest, description = call_student(
             largest_tensor_during, call, student_flash_attention, q.clone(), k.clone(), v.clone(),
-            block_q=block, block_k=block,
+            copy_args=False, show_args=False, block_q=block, block_k=block,
         )
     full_matrix = seq_len * seq_len
     if largest >= full_matrix:
@@ -337,7 +310,8 @@ def check_linear_cost(
     """``student_linear_cost(num_tokens, in_features, out_features, bytes_per_element)`` -> (flops, bytes)."""
     require_own_implementation(student_linear_cost, "linear_cost")
     call = f"linear_cost({num_tokens}, {in_features}, {out_features}, {bytes_per_element})"
-    got = run_student(student_linear_cost, call, num_tokens, in_features, out_features, bytes_per_element)
+    got = call_student(student_linear_cost, call, num_tokens, in_features, out_features, bytes_per_element,
+                       show_args=False)
     expected = roofline.linear_cost(num_tokens, in_features, out_features, bytes_per_element)
     _check_cost(got, expected, call, {
         "flops": "each output number is a dot product of length in_features: in_features multiplies and adds, "
@@ -356,7 +330,7 @@ def check_attention_cost(
     require_own_implementation(student_attention_cost, "attention_cost")
     arguments = (q_len, kv_len, num_q_heads, num_kv_heads, head_dim, bytes_per_element, materialize_scores)
     call = f"attention_cost{arguments}"
-    got = run_student(student_attention_cost, call, *arguments)
+    got = call_student(student_attention_cost, call, *arguments, show_args=False)
     expected = roofline.attention_cost(q_len, kv_len, num_q_heads, num_kv_heads, head_dim, bytes_per_element,
                                        materialize_scores=materialize_scores)
     _check_cost(got, expected, call, {

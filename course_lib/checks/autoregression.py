@@ -22,8 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from course_lib.checks import fail, register_reference_names, require_own_implementation, short_repr
-from course_lib.checks.tokenization import _call
+from course_lib.checks import call_student, fail, register_reference_names, require_own_implementation, short_repr
 from course_lib.model import ModelConfig, greedy_generate
 
 __all__ = [
@@ -92,7 +91,7 @@ def check_tokens_processed(student_tokens_processed: Callable, prompt_len: int, 
                            use_cache: bool) -> None:
     """``student_tokens_processed(prompt_len, new_tokens, use_cache)`` must give the reference's count."""
     require_own_implementation(student_tokens_processed, "tokens_processed")
-    got = _call(student_tokens_processed, "tokens_processed", prompt_len, new_tokens, use_cache)
+    got = call_student(student_tokens_processed, "tokens_processed", prompt_len, new_tokens, use_cache)
     expected = reference_tokens_processed(prompt_len, new_tokens, use_cache)
     call = f"tokens_processed(prompt_len={prompt_len}, new_tokens={new_tokens}, use_cache={use_cache})"
     if _as_int(got) == expected:
@@ -122,8 +121,8 @@ def check_generation_flops(student_generation_flops: Callable, config: ModelConf
                            prompt_len: int, new_tokens: int, use_cache: bool) -> None:
     """``student_generation_flops(config, num_parameters, prompt_len, new_tokens, use_cache)``."""
     require_own_implementation(student_generation_flops, "generation_flops")
-    got = _call(student_generation_flops, "generation_flops", config, num_parameters, prompt_len, new_tokens,
-                use_cache)
+    got = call_student(student_generation_flops, "generation_flops", config, num_parameters, prompt_len, new_tokens,
+                       use_cache)
     expected = reference_generation_flops(config, num_parameters, prompt_len, new_tokens, use_cache)
     call = (f"generation_flops(config, num_parameters={num_parameters:,}, prompt_len={prompt_len}, "
             f"new_tokens={new_tokens}, use_cache={use_cache})")
@@ -194,13 +193,8 @@ def check_greedy_generate(student_greedy_generate: Callable, model: torch.nn.Mod
     require_own_implementation(student_greedy_generate, "greedy_generate")
     counting = CountingModel(model)
     call = f"greedy_generate(model, {short_repr(list(prompt_ids))}, {max_new_tokens}, use_cache={use_cache})"
-    try:
-        got = student_greedy_generate(counting, list(prompt_ids), max_new_tokens, use_cache)
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        fail(f"{call} raised {type(error).__name__}: {error}", show_values=False,
-             hint="read the traceback above this message; it points at the line in your answer.")
+    got = call_student(student_greedy_generate, call, counting, list(prompt_ids), max_new_tokens, use_cache,
+                       copy_args=False, show_args=False)
     expected = greedy_generate(model, list(prompt_ids), max_new_tokens, use_cache=True)
     if isinstance(got, torch.Tensor):
         got = got.tolist()

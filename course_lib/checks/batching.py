@@ -19,7 +19,14 @@ import math
 import random
 from typing import Any, Callable
 
-from course_lib.checks import CheckFailed, fail, register_reference_names, require_own_implementation, short_repr
+from course_lib.checks import (
+    CheckFailed,
+    call_student,
+    fail,
+    register_reference_names,
+    require_own_implementation,
+    short_repr,
+)
 from course_lib.metrics import percentile as reference_percentile
 from course_lib.metrics import summarize
 from course_lib.sim.batching import (
@@ -159,20 +166,6 @@ def _bound(function: Callable, policy: str, timeout_s: float | None) -> Callable
     return function
 
 
-def _student_call(function: Callable, call: str, *args: Any) -> Any:
-    """Run the student's code on copies; a crash becomes a CheckFailed naming the call."""
-    arguments = copy.deepcopy(args)
-    try:
-        return function(*arguments)
-    except (NotImplementedError, CheckFailed):
-        raise
-    except Exception as error:
-        raise CheckFailed(
-            f"{call} raised {type(error).__name__}: {error}\n"
-            "  hint: read the traceback above this message; it points at the line in your answer."
-        ) from error
-
-
 def _describe_state(state: BatchState) -> str:
     def ids(requests):
         return [r.request_id for r in requests]
@@ -189,7 +182,7 @@ def check_policy_state(student_policy: Callable, policy: str, state: BatchState,
     student = _bound(student_policy, policy, timeout_s)
     reference = _bound(REFERENCE_POLICIES[policy], policy, timeout_s)
     call = f"{policy}_batching(state{'' if timeout_s is None else f', timeout_s={timeout_s}'})"
-    got = _student_call(student, call, state)
+    got = call_student(student, call, state, show_args=False)
     expected = reference(state)
     where = f"{call} on the state [{description}] {_describe_state(state)}"
     if not isinstance(got, (list, tuple)) or not all(isinstance(r, SimRequest) for r in got):
@@ -296,7 +289,7 @@ def check_percentile(student_percentile: Callable, values: list[float], q: float
     require_own_implementation(student_percentile, "percentile")
     call = f"percentile({short_repr(values)}, {q})"
     given = list(values)
-    got = _student_call(student_percentile, call, given, q)
+    got = call_student(student_percentile, call, given, q, show_args=False)
     expected = reference_percentile(values, q)
     if _is_number(got) and math.isclose(got, expected, rel_tol=1e-9, abs_tol=1e-12):
         return
@@ -347,7 +340,7 @@ def check_compute_metrics(student_compute_metrics: Callable, traces) -> None:
     """``student_compute_metrics(traces)`` must match ``reference_metrics(traces)`` (relative 1e-6)."""
     require_own_implementation(student_compute_metrics, "compute_metrics")
     call = f"compute_metrics({len(traces)} traces)"
-    got = _student_call(student_compute_metrics, call, list(traces))
+    got = call_student(student_compute_metrics, call, list(traces), show_args=False)
     expected = reference_metrics(traces)
     if not isinstance(got, dict):
         fail(f"{call} must return a dict", expected=sorted(expected), got=type(got).__name__)

@@ -15,12 +15,11 @@ agree step by step):
 
 from __future__ import annotations
 
-import copy
 import random
 from collections.abc import Hashable, Sequence
 from typing import Any, Callable
 
-from course_lib.checks import CheckFailed, fail, register_reference_names, require_own_implementation, short_repr
+from course_lib.checks import call_student, fail, register_reference_names, require_own_implementation, short_repr
 
 __all__ = ["check_build_batch", "random_batch_case", "reference_build_batch"]
 
@@ -63,21 +62,6 @@ def random_batch_case(seed: int) -> tuple[list[str], list[tuple[str, int]], int]
     decode_ids = [f"d{index}" for index in rng.sample(range(100), num_decodes)]
     prefill_queue = [(f"p{index}", rng.randint(1, 3 * token_budget)) for index in range(rng.randint(0, 6))]
     return decode_ids, prefill_queue, token_budget
-
-
-def _call(function: Callable, *args: Any) -> Any:
-    """Run the student's build_batch on copies of the inputs; a crash becomes feedback naming the call."""
-    arguments = copy.deepcopy(args)
-    try:
-        return function(*arguments)
-    except (NotImplementedError, CheckFailed):
-        raise
-    except Exception as error:
-        call = f"build_batch({', '.join(short_repr(argument) for argument in args)})"
-        raise CheckFailed(
-            f"{call} raised {type(error).__name__}: {error}\n"
-            "  hint: read the traceback above this message; it points at the line in your answer."
-        ) from error
 
 
 def _normalize(batch: Any) -> Batch | None:
@@ -139,7 +123,7 @@ def check_build_batch(student_build_batch: Callable, decode_ids: Sequence[Hashab
                  got=f"{type(error).__name__}: {error}", hint="raise ValueError with a message naming token_budget.")
         fail(f"{call}: {len(decode_ids)} decodes cannot fit in a budget of {token_budget}", expected="ValueError",
              got=got, hint="raise ValueError when len(decode_ids) > token_budget instead of returning a batch.")
-    got = _call(student_build_batch, decode_ids, prefill_queue, token_budget, chunked)
+    got = call_student(student_build_batch, "build_batch", decode_ids, prefill_queue, token_budget, chunked)
     expected = reference_build_batch(decode_ids, prefill_queue, token_budget, chunked)
     batch = _normalize(got)
     if batch is None:

@@ -21,8 +21,15 @@ import torch
 import torch.nn.functional as F
 
 from course_lib import roofline
-from course_lib.checks import fail, register_reference_names, require_own_implementation, short_repr
-from course_lib.checks.attention import ATOL, RTOL, one_thread, random_qkv, run_student
+from course_lib.checks import (
+    call_student,
+    fail,
+    one_thread,
+    register_reference_names,
+    require_own_implementation,
+    short_repr,
+)
+from course_lib.checks.attention import ATOL, RTOL, random_qkv
 from course_lib.kv_cache import KVCache
 from course_lib.model import LlamaModel, ModelConfig, greedy_generate, load_smollm2, random_weights
 
@@ -69,7 +76,8 @@ def check_decode_attention(
     call = (f"decode_attention(q {list(q.shape)}, k_cache/v_cache {list(k.shape)}"
             f"{'' if scale is None else f', scale={scale}'})")
     kwargs = {} if scale is None else {"scale": scale}
-    got = run_student(student_decode_attention, call, q.clone(), k.clone(), v.clone(), **kwargs)
+    got = call_student(student_decode_attention, call, q.clone(), k.clone(), v.clone(), copy_args=False,
+                       show_args=False, **kwargs)
     expected = _sdpa_one_query(q, k, v, scale)
     if not isinstance(got, torch.Tensor):
         fail(f"{call} must return a torch.Tensor", expected="Tensor", got=type(got).__name__)
@@ -116,7 +124,7 @@ def check_decode_cache(
     max_seq_len = prompt_len + num_decode_steps
     config = _small_config(num_layers, num_q_heads, num_kv_heads, head_dim, max_seq_len)
     name = f"DecodeCache({num_layers}, {max_seq_len}, {num_kv_heads}, {head_dim})"
-    cache = run_student(student_cache_class, name, num_layers, max_seq_len, num_kv_heads, head_dim)
+    cache = call_student(student_cache_class, name, num_layers, max_seq_len, num_kv_heads, head_dim, show_args=False)
     if any(isinstance(part, KVCache) for part in (cache, *vars(cache).values())):
         fail(f"{name} is or holds the course's KVCache, not your own cache", hint="store the keys and values "
              "in tensors of your own; reusing the reference earns no points.", show_values=False)
@@ -130,7 +138,8 @@ def check_decode_cache(
             k = torch.randn(num_tokens, num_kv_heads, head_dim, generator=generator)
             v = torch.randn(num_tokens, num_kv_heads, head_dim, generator=generator)
             call = f"{name}.attend({layer}, q {list(q.shape)}, k/v {list(k.shape)}) for {what}"
-            got = run_student(cache.attend, call, layer, q.clone(), k.clone(), v.clone())
+            got = call_student(cache.attend, call, layer, q.clone(), k.clone(), v.clone(), copy_args=False,
+                               show_args=False)
             expected = reference.attend(layer, q, k, v)
             if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(expected.shape):
                 fail(f"{call} returned the wrong shape", expected=tuple(expected.shape),
@@ -212,7 +221,8 @@ def check_generate(
     recording = _RecordingModel(model)
     call = f"generate(model, {short_repr(list(prompt_ids))}, max_new_tokens={max_new_tokens})"
     with one_thread(), torch.inference_mode():
-        got = run_student(student_generate, call, recording, list(prompt_ids), max_new_tokens)
+        got = call_student(student_generate, call, recording, list(prompt_ids), max_new_tokens, copy_args=False,
+                           show_args=False)
         expected = greedy_generate(model, prompt_ids, max_new_tokens)
     if not isinstance(got, list) or not all(isinstance(token, int) for token in got):
         fail(f"{call} must return a list of ints (the new token ids)", expected="list[int]",
@@ -263,7 +273,8 @@ def check_decode_step_cost(
     of one decode step of ``batch_size`` sequences with ``context_len`` tokens each (the new one included)."""
     require_own_implementation(student_decode_step_cost, "decode_step_cost")
     call = f"decode_step_cost(config, batch_size={batch_size}, context_len={context_len}, {bytes_per_element})"
-    got = run_student(student_decode_step_cost, call, config, batch_size, context_len, bytes_per_element)
+    got = call_student(student_decode_step_cost, call, config, batch_size, context_len, bytes_per_element,
+                       show_args=False)
     expected = roofline.forward_cost(config, batch_size, 1, context_len, bytes_per_element)
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         fail(f"{call} must return a pair (flops, bytes)", expected="(flops, bytes)", got=short_repr(got))

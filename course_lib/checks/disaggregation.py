@@ -12,9 +12,9 @@ The reference is :func:`course_lib.sim.disaggregation.kv_transfer_ms` on the byt
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Callable
 
-from course_lib.checks import CheckFailed, fail, register_reference_names, require_own_implementation, short_repr
+from course_lib.checks import call_student, fail, register_reference_names, require_own_implementation, short_repr
 from course_lib.sim.disaggregation import kv_transfer_ms
 
 __all__ = ["check_kv_transfer_ms", "reference_kv_transfer_ms"]
@@ -60,15 +60,7 @@ def check_kv_transfer_ms(student_kv_transfer_ms: Callable, num_tokens: int, num_
     require_own_implementation(student_kv_transfer_ms, "kv_transfer_ms")
     args = (num_tokens, num_layers, num_kv_heads, head_dim, bytes_per_element, link_gb_per_s, latency_ms)
     call = f"kv_transfer_ms({', '.join(short_repr(argument) for argument in args)})"
-    try:
-        got = student_kv_transfer_ms(*args)
-    except (NotImplementedError, CheckFailed):
-        raise
-    except Exception as error:
-        raise CheckFailed(
-            f"{call} raised {type(error).__name__}: {error}\n"
-            "  hint: read the traceback above this message; it points at the line in your answer."
-        ) from error
+    got = call_student(student_kv_transfer_ms, call, *args, show_args=False)
     expected = reference_kv_transfer_ms(*args)
     try:
         value = float(got)

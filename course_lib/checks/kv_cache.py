@@ -12,7 +12,6 @@ Students' functions receive a ``ConfigSizes``, the model sizes alone, rather tha
 
 from __future__ import annotations
 
-import copy
 import random
 from dataclasses import dataclass, fields
 from functools import lru_cache
@@ -21,12 +20,11 @@ from typing import Any, Callable
 import torch
 
 from course_lib.checks import (
-    CheckFailed,
+    call_student,
     expect_equal,
     fail,
     register_reference_names,
     require_own_implementation,
-    short_repr,
 )
 from course_lib.kv_cache import KVCache, kv_cache_bytes, kv_cache_bytes_per_token
 from course_lib.model import ModelConfig
@@ -98,21 +96,6 @@ def _as_model_config(sizes: ConfigSizes) -> ModelConfig:
                        rope_theta=10000.0, rms_norm_eps=1e-5)
 
 
-def _call(function: Callable, name: str, *args: Any, **kwargs: Any) -> Any:
-    """Call the student's function on copies of the arguments; a crash becomes readable feedback."""
-    arguments = copy.deepcopy(args)
-    try:
-        return function(*arguments, **kwargs)
-    except (NotImplementedError, CheckFailed):
-        raise
-    except Exception as error:
-        shown = [short_repr(a) for a in args] + [f"{k}={short_repr(v)}" for k, v in kwargs.items()]
-        raise CheckFailed(
-            f"{name}({', '.join(shown)}) raised {type(error).__name__}: {error}\n"
-            "  hint: read the traceback above this message; it points at the line in your answer."
-        ) from error
-
-
 def _config_name(config: ConfigSizes) -> str:
     return (f"config(layers={config.num_layers}, q_heads={config.num_q_heads}, kv_heads={config.num_kv_heads}, "
             f"head_dim={config.head_dim})")
@@ -149,7 +132,7 @@ def check_kv_cache_bytes_per_token(student_fn: Callable, config: ConfigSizes, dt
     """``student_fn(config, dtype)`` must equal the reference bytes per token."""
     require_own_implementation(student_fn, "kv_cache_bytes_per_token")
     expected = kv_cache_bytes_per_token(_as_model_config(config), dtype)
-    got = _call(student_fn, "kv_cache_bytes_per_token", config, dtype)
+    got = call_student(student_fn, "kv_cache_bytes_per_token", config, dtype)
     if got != expected or isinstance(got, bool):
         fail(f"kv_cache_bytes_per_token({_config_name(config)}, {dtype}): wrong number of bytes",
              expected=expected, got=got, hint=_size_hint(got, expected, config, expected))
@@ -160,7 +143,7 @@ def check_kv_cache_bytes(student_fn: Callable, config: ConfigSizes, seq_len: int
     """``student_fn(config, seq_len, batch_size, dtype)`` must equal the reference total."""
     require_own_implementation(student_fn, "kv_cache_bytes")
     expected = kv_cache_bytes(_as_model_config(config), seq_len, batch_size, dtype)
-    got = _call(student_fn, "kv_cache_bytes", config, seq_len, batch_size, dtype)
+    got = call_student(student_fn, "kv_cache_bytes", config, seq_len, batch_size, dtype)
     if got != expected or isinstance(got, bool):
         per_token = kv_cache_bytes_per_token(_as_model_config(config), dtype)
         fail(f"kv_cache_bytes({_config_name(config)}, seq_len={seq_len}, batch_size={batch_size}, {dtype})",
@@ -200,17 +183,17 @@ def check_matches_real_allocations(student_fn: Callable, seq_len: int, dtype: to
     model_config = _smollm2_model_config()
     config = ConfigSizes.of(model_config)
     contiguous = KVCache(model_config, seq_len, dtype=dtype)
-    got = _call(student_fn, "kv_cache_bytes", config, seq_len, 1, dtype)
+    got = call_student(student_fn, "kv_cache_bytes", config, seq_len, 1, dtype)
     expect_equal(got, contiguous.nbytes,
                  f"kv_cache_bytes(SmolLM2, seq_len={seq_len}, batch_size=1, {dtype}) vs the bytes "
                  f"KVCache(config, max_seq_len={seq_len}, dtype={dtype}) allocates",
                  hint="KVCache keeps, per layer, a key and a value tensor [max_seq_len, num_kv_heads, head_dim].")
     paged = PagedKVCache(model_config, num_blocks, block_size, dtype=dtype)
-    got_block = _call(student_fn, "kv_cache_bytes", config, block_size, 1, dtype)
+    got_block = call_student(student_fn, "kv_cache_bytes", config, block_size, 1, dtype)
     expect_equal(got_block, PagedKVCache.bytes_per_block(model_config, block_size, dtype),
                  f"kv_cache_bytes(SmolLM2, seq_len={block_size}, 1, {dtype}) vs the bytes of one paged block "
                  f"of {block_size} tokens")
-    got_pool = _call(student_fn, "kv_cache_bytes", config, block_size, num_blocks, dtype)
+    got_pool = call_student(student_fn, "kv_cache_bytes", config, block_size, num_blocks, dtype)
     expect_equal(got_pool, paged.nbytes,
                  f"kv_cache_bytes(SmolLM2, {block_size}, {num_blocks}, {dtype}) vs the bytes of "
                  f"PagedKVCache(config, num_blocks={num_blocks}, block_size={block_size})",
@@ -235,7 +218,7 @@ def check_tokens_through_model(student_fn: Callable, prompt_len: int, num_new_to
     require_own_implementation(student_fn, "tokens_through_model")
     for use_cache in (True, False):
         expected = _tokens_run(prompt_len, num_new_tokens, use_cache)
-        got = _call(student_fn, "tokens_through_model", prompt_len, num_new_tokens, use_cache)
+        got = call_student(student_fn, "tokens_through_model", prompt_len, num_new_tokens, use_cache)
         if got == expected and not isinstance(got, bool):
             continue
         if use_cache:
@@ -286,7 +269,7 @@ def check_waste_breakdown(student_fn: Callable, reservations: list[Reservation],
     """``student_fn(reservations, pool_slots, request_slots)`` must count every kind like the reference."""
     require_own_implementation(student_fn, "waste_breakdown")
     expected = waste_breakdown(reservations, pool_slots, request_slots)
-    got = _call(student_fn, "waste_breakdown", list(reservations), pool_slots, request_slots)
+    got = call_student(student_fn, "waste_breakdown", list(reservations), pool_slots, request_slots)
     call = f"waste_breakdown(<{len(reservations)} reservations>, pool_slots={pool_slots}, request_slots={request_slots})"
     if not isinstance(got, dict):
         fail(f"{call} must return a dict", expected=sorted(expected), got=type(got).__name__)

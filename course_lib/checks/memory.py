@@ -14,8 +14,7 @@ import numbers
 from functools import lru_cache
 from typing import Any, Callable
 
-from course_lib.checks import fail, register_reference_names, require_own_implementation, short_repr
-from course_lib.checks.tokenization import _call
+from course_lib.checks import call_student, fail, register_reference_names, require_own_implementation, short_repr
 from course_lib.memory import (
     BYTES_PER_ELEMENT,
     LLAMA2_7B,
@@ -133,7 +132,7 @@ def check_tensor_shapes(student_tensor_shapes: Callable, config: ModelConfig, ti
     ``expected`` defaults to the reference; pass ``smollm2_tensor_shapes()`` to compare with the file.
     """
     require_own_implementation(student_tensor_shapes, "tensor_shapes")
-    got = _call(student_tensor_shapes, "tensor_shapes", config, tied_embeddings)
+    got = call_student(student_tensor_shapes, "tensor_shapes", config, tied_embeddings)
     if expected is None:
         expected = tensor_shapes(config, tied_embeddings)
     call = f"tensor_shapes({_describe(config)}, tied_embeddings={tied_embeddings})"
@@ -178,7 +177,7 @@ def check_count_parameters(student_count_parameters: Callable, config: ModelConf
     ``expected`` defaults to the reference; pass ``smollm2_parameter_count()`` to compare with the file.
     """
     require_own_implementation(student_count_parameters, "count_parameters")
-    got = _call(student_count_parameters, "count_parameters", config, tied_embeddings)
+    got = call_student(student_count_parameters, "count_parameters", config, tied_embeddings)
     if expected is None:
         expected = count_parameters(config, tied_embeddings)
     call = f"count_parameters({_describe(config)}, tied_embeddings={tied_embeddings})"
@@ -220,7 +219,7 @@ def check_activation_bytes(student_activation_bytes: Callable, config: ModelConf
                            seq_len: int, bytes_per_number: float) -> None:
     """``student_activation_bytes(config, batch_size, seq_len, bytes_per_number)`` = the stated formula."""
     require_own_implementation(student_activation_bytes, "activation_bytes")
-    got = _call(student_activation_bytes, "activation_bytes", config, batch_size, seq_len, bytes_per_number)
+    got = call_student(student_activation_bytes, "activation_bytes", config, batch_size, seq_len, bytes_per_number)
     expected = activation_bytes(config, batch_size, seq_len, bytes_per_number)
     call = f"activation_bytes({_describe(config)}, batch_size={batch_size}, seq_len={seq_len}, {bytes_per_number})"
     if _close(got, expected):
@@ -248,7 +247,7 @@ def check_training_memory(student_training_memory: Callable, num_parameters: int
                           activations: float) -> None:
     """``student_training_memory(num_parameters, precision, activations)`` must give the reference's dict."""
     require_own_implementation(student_training_memory, "training_memory")
-    got = _call(student_training_memory, "training_memory", num_parameters, precision, activations)
+    got = call_student(student_training_memory, "training_memory", num_parameters, precision, activations)
     expected = training_memory(num_parameters, precision, activations)
     call = f"training_memory({num_parameters:,}, {precision!r}, activations={activations:,})"
     _expect_components(call, got, expected)
@@ -280,8 +279,8 @@ def check_inference_memory(student_inference_memory: Callable, num_parameters: i
                            config: ModelConfig, batch_size: int, seq_len: int, kv_precision: str = "fp16") -> None:
     """``student_inference_memory(num_parameters, precision, config, batch_size, seq_len, kv_precision)``."""
     require_own_implementation(student_inference_memory, "inference_memory")
-    got = _call(student_inference_memory, "inference_memory", num_parameters, precision, config, batch_size,
-                seq_len, kv_precision)
+    got = call_student(student_inference_memory, "inference_memory", num_parameters, precision, config, batch_size,
+                       seq_len, kv_precision)
     expected = inference_memory(num_parameters, precision, config, batch_size, seq_len, kv_precision)
     call = (f"inference_memory({num_parameters:,}, {precision!r}, {_describe(config)}, batch_size={batch_size}, "
             f"seq_len={seq_len}, kv_precision={kv_precision!r})")

@@ -23,7 +23,14 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from course_lib.checks import CheckFailed, fail, register_reference_names, require_own_implementation, short_repr
+from course_lib.checks import (
+    CheckFailed,
+    call_student,
+    fail,
+    register_reference_names,
+    require_own_implementation,
+    short_repr,
+)
 from course_lib.paged import BlockAllocator, OutOfBlocksError
 
 __all__ = [
@@ -74,13 +81,8 @@ class _Mirror:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.history: list[str] = [f"BlockAllocator(num_blocks={num_blocks}, block_size={block_size})"]
-        try:
-            self.student = student_cls(num_blocks, block_size)
-        except NotImplementedError:
-            raise
-        except Exception as error:
-            raise CheckFailed(f"BlockAllocator({num_blocks}, {block_size}) raised {type(error).__name__}: {error}\n"
-                              "  hint: read the traceback above this message.") from error
+        self.student = call_student(student_cls, f"BlockAllocator({num_blocks}, {block_size})", num_blocks, block_size,
+                                    show_args=False)
         self.reference = BlockAllocator(num_blocks, block_size, enable_prefix_caching=False)
         self.live: list[Any] = []  # sequence ids that hold blocks, in the order they got them
         self._compare_state("right after construction")

@@ -17,12 +17,18 @@ costs only the allocator's cells and the engine's.
 
 from __future__ import annotations
 
-import copy
 import random
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from course_lib.checks import CheckFailed, check, fail, register_reference_names, require_own_implementation, short_repr
+from course_lib.checks import (
+    call_student,
+    check,
+    fail,
+    register_reference_names,
+    require_own_implementation,
+    short_repr,
+)
 from course_lib.paged import AllocatorProtocol, OutOfBlocksError
 from course_lib.paged import BlockAllocator as ReferenceAllocator
 from course_lib.scheduler import Request, RequestStatus, SchedulerConfig, SchedulerOutput, SchedulerProtocol
@@ -80,19 +86,16 @@ def _require_own_class(cls: Any, name: str, reference_cls: type) -> None:
                   "earns no points.", show_values=False)
 
 
+# A crash that means the pool ran out gets a hint of its own.
+_OUT_OF_BLOCKS_HINTS = {
+    OutOfBlocksError: ("the pool had no room: ask allocator.can_allocate(token_ids) before allocate, and "
+                       "allocator.can_append(request_id) before append_slot (preempt when it says no)."),
+}
+
+
 def _call(function: Callable, name: str, *args: Any, copy_args: bool = True) -> Any:
-    """Call the student's code; a crash becomes a CheckFailed naming the call (NotImplementedError passes)."""
-    arguments = copy.deepcopy(args) if copy_args else args
-    try:
-        return function(*arguments)
-    except (NotImplementedError, CheckFailed):
-        raise
-    except Exception as error:
-        hint = "read the traceback above this message; it points at the line in your answer."
-        if isinstance(error, OutOfBlocksError):
-            hint = ("the pool had no room: ask allocator.can_allocate(token_ids) before allocate, and "
-                    "allocator.can_append(request_id) before append_slot (preempt when it says no).")
-        raise CheckFailed(f"{name} raised {type(error).__name__}: {error}\n  hint: {hint}") from error
+    """call_student for this chapter: ``name`` already describes the call; OutOfBlocksError gets its own hint."""
+    return call_student(function, name, *args, copy_args=copy_args, show_args=False, hints=_OUT_OF_BLOCKS_HINTS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,10 +225,7 @@ class _Lockstep:
                      "two sequences share a block only after fork; a fresh allocation must take free blocks.")
 
     def _student_free(self) -> int:
-        try:
-            return self.student.num_free_blocks
-        except Exception as error:  # noqa: BLE001
-            raise CheckFailed(f"num_free_blocks raised {type(error).__name__}: {error}") from error
+        return _call(lambda: self.student.num_free_blocks, "num_free_blocks")
 
     def allocate(self, seq_id: Any, num_tokens: int) -> None:
         token_ids = list(range(1, num_tokens + 1))

@@ -15,12 +15,11 @@ blocks can hit. The allocator's ``allocate`` returns the same number (checked in
 
 from __future__ import annotations
 
-import copy
 import random
 from collections.abc import Container, Sequence
 from typing import Any, Callable
 
-from course_lib.checks import CheckFailed, fail, register_reference_names, require_own_implementation, short_repr
+from course_lib.checks import call_student, fail, register_reference_names, require_own_implementation, short_repr
 from course_lib.paged import hash_block
 
 __all__ = [
@@ -75,27 +74,12 @@ def shared_prefix_prompts(seed: int, shared_tokens: int, own_lengths: Sequence[i
     return [prefix + random_prompt(seed * 1000 + 1 + index, own) for index, own in enumerate(own_lengths)]
 
 
-def _call(function: Callable, name: str, *args: Any) -> Any:
-    """Run the student's function on copies of the inputs; a crash becomes feedback naming the call."""
-    arguments = copy.deepcopy(args)
-    try:
-        return function(*arguments)
-    except (NotImplementedError, CheckFailed):
-        raise
-    except Exception as error:
-        call = f"{name}({', '.join(short_repr(argument) for argument in args)})"
-        raise CheckFailed(
-            f"{call} raised {type(error).__name__}: {error}\n"
-            "  hint: read the traceback above this message; it points at the line in your answer."
-        ) from error
-
-
 def check_hash_blocks(student_hash_blocks: Callable, token_ids: Sequence[int], block_size: int) -> None:
     """``student_hash_blocks(token_ids, block_size)`` must give the reference's chained hashes, full blocks only."""
     require_own_implementation(student_hash_blocks, "hash_blocks")
     token_ids = list(token_ids)
     call = f"hash_blocks({short_repr(token_ids)}, {block_size})"
-    got = _call(student_hash_blocks, "hash_blocks", token_ids, block_size)
+    got = call_student(student_hash_blocks, "hash_blocks", token_ids, block_size)
     expected = reference_hash_blocks(token_ids, block_size)
     if not isinstance(got, (list, tuple)) or not all(isinstance(item, bytes) for item in got):
         fail(f"{call} must return a list of bytes (one hash per full block)", expected=expected, got=got,
@@ -142,7 +126,7 @@ def check_longest_cached_prefix(student_longest_cached_prefix: Callable, token_i
     evictions = f", {len(evicted)} evicted" if evicted else ""
     call = (f"longest_cached_prefix({short_repr(token_ids)}, <cache of {len(cache)} block hashes{evictions}>, "
             f"{block_size})")
-    got = _call(student_longest_cached_prefix, "longest_cached_prefix", token_ids, set(cache), block_size)
+    got = call_student(student_longest_cached_prefix, "longest_cached_prefix", token_ids, set(cache), block_size)
     expected = reference_longest_cached_prefix(token_ids, cache, block_size)
     if not isinstance(got, int) or isinstance(got, bool):
         fail(f"{call} must return an int (a number of tokens)", expected=expected, got=got,

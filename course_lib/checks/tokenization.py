@@ -12,14 +12,13 @@ the byte values and merge k creating id 256 + k, exactly as in the reference.
 
 from __future__ import annotations
 
-import copy
 import math
 import random
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Callable
 
 from course_lib.checks import (
-    CheckFailed,
+    call_student,
     fail,
     register_reference_names,
     require_own_implementation,
@@ -62,28 +61,6 @@ Pair = tuple[int, int]
 # ---------------------------------------------------------------------------------------------
 # Helpers shared by the checks
 # ---------------------------------------------------------------------------------------------
-
-
-def _call(function: Callable, name: str, *args: Any) -> Any:
-    """Call the student's function on copies of ``args``; turn a crash into readable feedback.
-
-    NotImplementedError passes through unchanged: it means "not written yet", and its message is
-    already clear. Any other exception becomes a CheckFailed that names the call; the original
-    exception stays attached (``from error``), so the traceback still points into the answer.
-    """
-    arguments = copy.deepcopy(args)
-    try:
-        return function(*arguments)
-    except NotImplementedError:
-        raise
-    except CheckFailed:
-        raise
-    except Exception as error:
-        call = f"{name}({', '.join(short_repr(argument) for argument in args)})"
-        raise CheckFailed(
-            f"{call} raised {type(error).__name__}: {error}\n"
-            "  hint: read the traceback above this message; it points at the line in your answer."
-        ) from error
 
 
 def _describe_token(token_id: int, vocab: dict[int, bytes]) -> str:
@@ -157,7 +134,7 @@ def random_text(seed: int, num_words: int, alphabet: str = "abcdeéñ猫🙂 ") 
 def check_get_pair_counts(student_get_pair_counts: Callable, ids: list[int]) -> None:
     """``student_get_pair_counts(ids)`` must equal the reference's pair counts, overlaps included."""
     require_own_implementation(student_get_pair_counts, "get_pair_counts")
-    got = _call(student_get_pair_counts, "get_pair_counts", list(ids))
+    got = call_student(student_get_pair_counts, "get_pair_counts", list(ids))
     expected = get_pair_counts(list(ids))
     if not isinstance(got, dict):
         fail(f"get_pair_counts({short_repr(ids)}) must return a dict {{(left, right): count}}",
@@ -182,16 +159,10 @@ def check_merge_pair(student_merge_pair: Callable, ids: list[int], pair: Pair, n
     """``student_merge_pair(ids, pair, new_id)`` must equal the reference and leave ``ids`` unchanged."""
     require_own_implementation(student_merge_pair, "merge_pair")
     original = list(ids)
-    given = list(ids)
-    try:
-        got = student_merge_pair(given, tuple(pair), new_id)
-    except (NotImplementedError, CheckFailed):
-        raise
-    except Exception as error:
-        raise CheckFailed(
-            f"merge_pair({short_repr(original)}, {pair}, {new_id}) raised {type(error).__name__}: {error}\n"
-            "  hint: check the index bounds: the last id has no right neighbour."
-        ) from error
+    given = list(ids)  # not copied for the call: the check looks for changes to it below
+    got = call_student(student_merge_pair, f"merge_pair({short_repr(original)}, {pair}, {new_id})", given,
+                       tuple(pair), new_id, copy_args=False, show_args=False,
+                       hints={Exception: "check the index bounds: the last id has no right neighbour."})
     expected = merge_pair(original, tuple(pair), new_id)
     if given != original:
         fail(f"merge_pair({short_repr(original)}, {pair}, {new_id}) changed its input list",
@@ -222,7 +193,7 @@ def check_merge_pair(student_merge_pair: Callable, ids: list[int], pair: Pair, n
 def check_train_bpe(student_train_bpe: Callable, text: str, vocab_size: int) -> None:
     """``student_train_bpe(text, vocab_size)`` must learn the reference's merges, ids and order."""
     require_own_implementation(student_train_bpe, "train_bpe")
-    got = _call(student_train_bpe, "train_bpe", text, vocab_size)
+    got = call_student(student_train_bpe, "train_bpe", text, vocab_size)
     expected = train_bpe(text, vocab_size)
     call = f"train_bpe({short_repr(text)}, {vocab_size})"
     if not isinstance(got, dict):
@@ -307,7 +278,7 @@ def _pair_counts_before_merge(text: str, merges_so_far: list[tuple[Pair, int]]) 
 def check_encode(student_encode: Callable, text: str, merges: dict[Pair, int]) -> None:
     """``student_encode(text, merges)`` must give the reference tokenizer's ids for ``text``."""
     require_own_implementation(student_encode, "encode")
-    got = _call(student_encode, "encode", text, dict(merges))
+    got = call_student(student_encode, "encode", text, dict(merges))
     expected = _reference_tokenizer(merges).encode(text)
     call = f"encode({short_repr(text)}, merges)"
     if not isinstance(got, list):
@@ -343,7 +314,7 @@ def check_encode(student_encode: Callable, text: str, merges: dict[Pair, int]) -
 def check_build_vocab(student_build_vocab: Callable, merges: dict[Pair, int]) -> None:
     """``student_build_vocab(merges)`` must map every id (bytes and merges) to its bytes."""
     require_own_implementation(student_build_vocab, "build_vocab")
-    got = _call(student_build_vocab, "build_vocab", dict(merges))
+    got = call_student(student_build_vocab, "build_vocab", dict(merges))
     expected = reference_vocab(merges)
     if not isinstance(got, dict):
         fail("build_vocab(merges) must return a dict {id: bytes}", expected="dict", got=type(got).__name__)
@@ -368,7 +339,7 @@ def check_build_vocab(student_build_vocab: Callable, merges: dict[Pair, int]) ->
 def check_decode(student_decode: Callable, ids: list[int], merges: dict[Pair, int]) -> None:
     """``student_decode(ids, merges)`` must give the reference's text (U+FFFD for invalid UTF-8)."""
     require_own_implementation(student_decode, "decode")
-    got = _call(student_decode, "decode", list(ids), dict(merges))
+    got = call_student(student_decode, "decode", list(ids), dict(merges))
     expected = _reference_tokenizer(merges).decode(list(ids))
     call = f"decode({short_repr(ids)}, merges)"
     if not isinstance(got, str):
@@ -397,7 +368,7 @@ def check_embed(student_embed: Callable, token_ids, table) -> None:
     import torch
 
     require_own_implementation(student_embed, "embed")
-    got = _call(student_embed, "embed", token_ids, table)
+    got = call_student(student_embed, "embed", token_ids, table)
     index = torch.as_tensor(token_ids, dtype=torch.long).reshape(-1)
     expected = table[index]
     call = f"embed({short_repr(token_ids if not torch.is_tensor(token_ids) else token_ids.tolist())}, table)"
@@ -422,7 +393,7 @@ def check_embed(student_embed: Callable, token_ids, table) -> None:
 def check_bytes_per_element(student_bytes_per_element: Callable, precision: str) -> None:
     """``student_bytes_per_element(precision)`` must be bits / 8 (fractional for int4)."""
     require_own_implementation(student_bytes_per_element, "bytes_per_element")
-    got = _call(student_bytes_per_element, "bytes_per_element", precision)
+    got = call_student(student_bytes_per_element, "bytes_per_element", precision)
     expected = BITS_PER_PRECISION[precision] / 8
     try:
         ok = math.isclose(float(got), expected)
@@ -443,7 +414,7 @@ def check_embedding_bytes(student_embedding_bytes: Callable, vocab_size: int, d_
                           bytes_per_element: float) -> None:
     """``student_embedding_bytes(vocab_size, d_model, bytes_per_element)`` = their product."""
     require_own_implementation(student_embedding_bytes, "embedding_bytes")
-    got = _call(student_embedding_bytes, "embedding_bytes", vocab_size, d_model, bytes_per_element)
+    got = call_student(student_embedding_bytes, "embedding_bytes", vocab_size, d_model, bytes_per_element)
     expected = vocab_size * d_model * bytes_per_element
     try:
         ok = math.isclose(float(got), expected, rel_tol=1e-9)
