@@ -47,3 +47,15 @@ def test_kernels_graded_side_by_side_get_their_share_of_threads(monkeypatch):
     assert "OMP_NUM_THREADS" not in kernel_environment()
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the instructor's own setting wins
     assert kernel_environment(1)["OMP_NUM_THREADS"] == "3"
+
+
+def test_summary_line_lists_few_results_and_summarizes_many():
+    from course_lib.grading.report import one_line_summary
+
+    def result(student, lab, score):
+        return LabResult(student, lab, [NotebookResult("01_a", "graded", cells=[CellResult("t", score, 4, PASSED)])])
+
+    few = [result("correct", "lab01", 4), result("blank", "lab01", 0)]
+    assert one_line_summary(few) == "blank 0% · correct 100%"
+    many = [result(f"s{i}", "lab01", i % 5) for i in range(10)]
+    assert one_line_summary(many) == "lab01: 10 graded, median 50%, 2 with full marks, 2 with zero"

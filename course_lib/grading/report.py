@@ -102,9 +102,20 @@ def _notes(result: LabResult) -> str:
     return ", ".join(f"{count} {status}" if count > 1 else status for status, count in counts.items())
 
 
-def one_line_summary(results: list[LabResult]) -> str:
-    """`correct 100% · blank 0% · ...` (one entry per student and lab)."""
+def one_line_summary(results: list[LabResult], *, max_entries: int = 8) -> str:
+    """`correct 100% · blank 0% · ...` (one entry per student and lab), or one line per lab when
+    there are more than ``max_entries`` results (the table above already lists each one)."""
     multiple_labs = len({r.lab for r in results}) > 1
+    if len(results) > max_entries:
+        lines = []
+        for lab in sorted({r.lab for r in results}):
+            percents = sorted(r.percent for r in results if r.lab == lab)
+            middle = len(percents) // 2
+            median = percents[middle] if len(percents) % 2 else (percents[middle - 1] + percents[middle]) / 2
+            full = sum(p >= 100 for p in percents)
+            zero = sum(p == 0 for p in percents)
+            lines.append(f"{lab}: {len(percents)} graded, median {median:.0f}%, {full} with full marks, {zero} with zero")
+        return "\n".join(lines)
     entries = []
     for result in sorted(results, key=lambda r: (r.lab, r.student)):
         name = f"{result.student}/{result.lab}" if multiple_labs else result.student
