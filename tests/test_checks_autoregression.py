@@ -8,7 +8,6 @@ generation loop runs on the real model: with and without the cache it must give 
 
 from __future__ import annotations
 
-import re
 import runpy
 from pathlib import Path
 
@@ -20,24 +19,19 @@ from course_lib.checks import CheckFailed
 from course_lib.checks import autoregression as checks
 from course_lib.kv_cache import KVCache
 from course_lib.model import ModelConfig
+from tests.notebook_answers import answer_sources
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = "01_autoregression"
 SOLUTION = ROOT / "solutions" / "lab02-prefill-vs-decode" / f"{NOTEBOOK}.ipynb"
 DEMO_SPECS = ROOT / "autograde" / "demo" / "lab02-prefill-vs-decode"
-SOLUTION_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[^\n]*\n?", re.MULTILINE)
 
 TINY = ModelConfig(num_layers=2, hidden_size=12, num_q_heads=3, num_kv_heads=1, head_dim=4, vocab_size=10,
                    intermediate_size=8, max_position_embeddings=64, rope_theta=10000.0, rms_norm_eps=1e-5)
 
 
 def _answer_sources() -> dict[str, str]:
-    notebook = nbformat.read(SOLUTION, as_version=4)
-    return {
-        cell.metadata["nbgrader"]["grade_id"]: SOLUTION_MARKER.sub("", cell.source)
-        for cell in notebook.cells
-        if cell.metadata.get("nbgrader", {}).get("solution")
-    }
+    return answer_sources(SOLUTION)
 
 
 def _student(replacements: dict[str, str] | None = None) -> dict:

@@ -7,7 +7,6 @@ fresh namespace (the notebook itself is not run), so these tests stay fast.
 
 from __future__ import annotations
 
-import re
 import runpy
 from pathlib import Path
 
@@ -17,23 +16,18 @@ import pytest
 from course_lib.checks import CheckFailed
 from course_lib.checks import batching as checks
 from course_lib.sim import batching as sim
+from tests.notebook_answers import answer_sources
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "lab02-prefill-vs-decode" / "04_batching.ipynb"
 DEMO_SPECS = ROOT / "autograde" / "demo" / "lab02-prefill-vs-decode"
-SOLUTION_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[^\n]*\n?", re.MULTILINE)
 HAND_COST = sim.StepCost(overhead_s=0.010, per_prefill_token_s=0.001, per_decode_seq_s=0.0)
 POLICY_ANSWERS = {"static": "static_batching", "dynamic": "dynamic_batching",
                   "continuous": "continuous_batching", "priority": "priority_batching"}
 
 
 def _answer_sources() -> dict[str, str]:
-    notebook = nbformat.read(SOLUTION, as_version=4)
-    return {
-        cell.metadata["nbgrader"]["grade_id"]: SOLUTION_MARKER.sub("", cell.source)
-        for cell in notebook.cells
-        if cell.metadata.get("nbgrader", {}).get("solution")
-    }
+    return answer_sources(SOLUTION)
 
 
 def _student(replacements: dict[str, str] | None = None) -> dict:

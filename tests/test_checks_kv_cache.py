@@ -7,31 +7,24 @@ fresh namespace (the notebook itself is not run), so these tests stay fast.
 
 from __future__ import annotations
 
-import re
 import runpy
 from pathlib import Path
 
-import nbformat
 import pytest
 import torch
 
 from course_lib.checks import CheckFailed
 from course_lib.checks import kv_cache as checks
 from course_lib.sim.fragmentation import Reservation
+from tests.notebook_answers import answer_sources
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "lab01-text-to-tensors" / "03_kv_cache.ipynb"
 DEMO_SPECS = ROOT / "autograde" / "demo" / "lab01-text-to-tensors"
-SOLUTION_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[^\n]*\n?", re.MULTILINE)
 
 
 def _answer_sources() -> dict[str, str]:
-    notebook = nbformat.read(SOLUTION, as_version=4)
-    return {
-        cell.metadata["nbgrader"]["grade_id"]: SOLUTION_MARKER.sub("", cell.source)
-        for cell in notebook.cells
-        if cell.metadata.get("nbgrader", {}).get("solution")
-    }
+    return answer_sources(SOLUTION)
 
 
 def _student(replacements: dict[str, str] | None = None) -> dict:

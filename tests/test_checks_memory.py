@@ -8,7 +8,6 @@ fresh namespace (the notebook itself is not run), so these tests stay fast.
 from __future__ import annotations
 
 import math
-import re
 import runpy
 from pathlib import Path
 
@@ -17,22 +16,17 @@ import pytest
 
 from course_lib.checks import CheckFailed
 from course_lib.checks import memory as checks
+from tests.notebook_answers import answer_sources
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = "02_training_vs_inference"
 SOLUTION = ROOT / "solutions" / "lab01-text-to-tensors" / f"{NOTEBOOK}.ipynb"
 DEMO_SPECS = ROOT / "autograde" / "demo" / "lab01-text-to-tensors"
-SOLUTION_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[^\n]*\n?", re.MULTILINE)
 BYTES_PER_ELEMENT = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1, "int4": 0.5}
 
 
 def _answer_sources() -> dict[str, str]:
-    notebook = nbformat.read(SOLUTION, as_version=4)
-    return {
-        cell.metadata["nbgrader"]["grade_id"]: SOLUTION_MARKER.sub("", cell.source)
-        for cell in notebook.cells
-        if cell.metadata.get("nbgrader", {}).get("solution")
-    }
+    return answer_sources(SOLUTION)
 
 
 def _student(replacements: dict[str, str] | None = None) -> dict:

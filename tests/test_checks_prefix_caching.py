@@ -4,11 +4,9 @@ prompt) fail with a hint that names them."""
 
 from __future__ import annotations
 
-import re
 import runpy
 from pathlib import Path
 
-import nbformat
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,17 +14,15 @@ from hypothesis import strategies as st
 from course_lib.checks import CheckFailed
 from course_lib.checks import prefix_caching as checks
 from course_lib.paged import BlockAllocator, hash_block
+from tests.notebook_answers import answer_sources
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "lab02-prefill-vs-decode" / "05_beyond_the_basics.ipynb"
 DEMO_SPECS = ROOT / "autograde" / "demo" / "lab02-prefill-vs-decode"
-SOLUTION_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[^\n]*\n?", re.MULTILINE)
 
 
 def _answer_sources() -> dict[str, str]:
-    notebook = nbformat.read(SOLUTION, as_version=4)
-    return {cell.metadata["nbgrader"]["grade_id"]: SOLUTION_MARKER.sub("", cell.source)
-            for cell in notebook.cells if cell.metadata.get("nbgrader", {}).get("solution")}
+    return answer_sources(SOLUTION)
 
 
 def _student(replacements: dict[str, str] | None = None) -> dict:
