@@ -12,7 +12,21 @@ Shared helpers for the lab check modules:
 - ``one_thread()`` runs torch on one thread inside a ``with`` block, for checks made of many tiny
   operations;
 - ``fail``, ``check``, ``expect_equal``, ``expect_close`` raise the house-format feedback;
-- ``require_own_implementation`` refuses an answer that re-exports the course's reference.
+- ``require_own_implementation`` refuses an answer that re-exports the course's reference (a
+  friendly hint in the student kit; when grading, the student's kernel has no reference to call);
+- ``make(factory, *args)`` builds a platform object *next to the student's code*: locally it is
+  ``factory(*args)``; when grading, the student's kernel builds it from its own edition of the
+  library and the check gets a handle (see course_lib.grading.remote). Use it for anything the
+  student's code will hold or call (a model for their generate loop, an engine around their parts);
+- ``is_remote(obj)`` tells a handle to an object in the student's kernel from a local object.
+
+How checks run when a notebook is graded: the test cell runs in the grader's process, with the
+student's names bound to handles of the objects in the student's kernel. Calling a handle runs the
+student's code in the kernel; arguments and results cross as plain data (None, bools, numbers,
+strings, bytes, lists, tuples, dicts, sets, tensors, numpy arrays, course_lib enums) or as handles
+to the student's objects. So a check must not test a student object's class (``isinstance`` on a
+handle is False), must not expect a list it read from a student object to stay live, and must pass
+the student's code only plain data, handles it got from the student, or objects built with ``make``.
 
 The checks for each concept live in ``course_lib.checks.<concept>`` (e.g. ``tokenization``,
 ``paging``); a notebook imports the one it needs, usually as ``checks``.
@@ -26,6 +40,7 @@ import reprlib
 import types
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Callable
 
 __all__ = [
@@ -37,6 +52,8 @@ __all__ = [
     "expect_equal",
     "expect_close",
     "fail",
+    "is_remote",
+    "make",
     "one_thread",
     "require_gpu",
     "require_own_implementation",
@@ -161,6 +178,27 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+# Set by the grader while a test cell runs: builds a platform object in the student's kernel.
+_PLATFORM_BUILDER: ContextVar[Callable[..., Any] | None] = ContextVar("course_platform_builder", default=None)
+
+
+def make(factory: Callable, /, *args: Any, **kwargs: Any) -> Any:
+    """``factory(*args, **kwargs)`` built where the student's code runs (see the module docstring).
+
+    ``factory`` must be a class or function of ``course_lib`` that the student edition also has
+    (a platform part, not a locked reference): the kernel imports it by name.
+    """
+    builder = _PLATFORM_BUILDER.get()
+    if builder is None:
+        return factory(*args, **kwargs)
+    return builder(factory, args, kwargs)
+
+
+def is_remote(obj: Any) -> bool:
+    """True for a handle to an object in the student's kernel (only while a notebook is graded)."""
+    return bool(getattr(type(obj), "__course_remote__", False))
+
+
 def require_gpu(what: str = "this check") -> None:
     """Raise NeedsGPU unless a CUDA device is present."""
     import torch
@@ -185,6 +223,8 @@ def require_own_implementation(obj: Callable | type, name: str) -> None:
     if obj is None:
         fail(f"{name} is None", hint=f"define {name} in the answer cell above and run that cell.",
              show_values=False)
+    if is_remote(obj):
+        return  # graded: the student's kernel holds no reference to delegate to
     if _defined_in_course_lib(obj):
         fail(
             f"{name} is the course's reference implementation ({obj.__module__}), not your own code.",

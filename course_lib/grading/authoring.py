@@ -7,8 +7,10 @@ right nbgrader metadata:
 - ``code(source)``: ordinary code the student runs (imports, plots, worked examples).
 - ``answer(grade_id, source)``: an answer cell; its source holds ``### BEGIN SOLUTION`` /
   ``### END SOLUTION`` around the reference answer, which the release replaces with a stub.
-- ``tests(grade_id, points, source)``: a locked, graded test cell; a ``### BEGIN HIDDEN TESTS`` /
-  ``### END HIDDEN TESTS`` region in it is removed from the release and from feedback.
+- ``tests(grade_id, points, source, needs_gpu=False)``: a locked, graded test cell; a ``### BEGIN
+  HIDDEN TESTS`` / ``### END HIDDEN TESTS`` region in it is removed from the release and from
+  feedback. ``needs_gpu=True`` records in the cell's metadata (``course.needs_gpu``) that it can
+  only run on a CUDA GPU: the grader skips it on a CPU and leaves its points out of max_score.
 - ``check_yourself(question, answer_text)``: a question whose answer is folded away.
 """
 
@@ -63,12 +65,14 @@ def answer(grade_id: str, source: str):
     return cell
 
 
-def tests(grade_id: str, points: float, source: str):
-    """A locked, graded test cell worth ``points``."""
+def tests(grade_id: str, points: float, source: str, *, needs_gpu: bool = False):
+    """A locked, graded test cell worth ``points`` (GPU-only when ``needs_gpu``)."""
     if points <= 0:
         raise ValueError(f"test cell {grade_id!r}: points must be > 0, got {points}")
     cell = nbformat.v4.new_code_cell(_clean(source))
     cell.metadata.update(_meta(grade_id, grade=True, locked=True, points=points))
+    if needs_gpu:
+        cell.metadata["course"] = {"needs_gpu": True}
     return cell
 
 
