@@ -18,7 +18,13 @@ Shared helpers for the lab check modules:
   ``factory(*args)``; when grading, the student's kernel builds it from its own edition of the
   library and the check gets a handle (see course_lib.grading.remote). Use it for anything the
   student's code will hold or call (a model for their generate loop, an engine around their parts);
-- ``is_remote(obj)`` tells a handle to an object in the student's kernel from a local object.
+- ``share(obj, *methods)`` lends a check's own object to the student's code with only the named
+  methods callable (a model whose forward the check counts, say): locally the object itself;
+  when grading, the student's kernel gets a handle whose calls run here, in the grader, so what the
+  check measures through it cannot be forged by the student's code;
+- ``is_remote(obj)`` tells a handle to an object in the student's kernel from a local object;
+- ``smollm2()`` is SmolLM2-135M-Instruct and its tokenizer, loaded once per process (test cells
+  take the model from here, never from a notebook variable).
 
 How checks run when a notebook is graded: the test cell runs in the grader's process, with the
 student's names bound to handles of the objects in the student's kernel. Calling a handle runs the
@@ -54,6 +60,8 @@ __all__ = [
     "fail",
     "is_remote",
     "make",
+    "share",
+    "smollm2",
     "one_thread",
     "require_gpu",
     "require_own_implementation",
@@ -192,6 +200,38 @@ def make(factory: Callable, /, *args: Any, **kwargs: Any) -> Any:
     if builder is None:
         return factory(*args, **kwargs)
     return builder(factory, args, kwargs)
+
+
+# Set by the grader while a test cell runs: wraps a check's object so the kernel can call the named methods.
+_SHARER: ContextVar[Callable[..., Any] | None] = ContextVar("course_sharer", default=None)
+
+
+def share(obj: Any, /, *methods: str) -> Any:
+    """``obj`` for the student's code, with only ``methods`` callable (see the module docstring).
+
+    Use ``"__call__"`` for a callable object. Attributes are not shared: give the student's code
+    plain values as arguments instead.
+    """
+    if not methods:
+        raise ValueError("share needs at least one method name, e.g. share(model, '__call__')")
+    sharer = _SHARER.get()
+    return obj if sharer is None else sharer(obj, methods)
+
+
+def smollm2():
+    """(model, tokenizer): SmolLM2-135M-Instruct in fp32 on the CPU, loaded once per process."""
+    from course_lib.model import load_smollm2
+
+    return _cached_smollm2(load_smollm2)
+
+
+_SMOLLM2: list = []
+
+
+def _cached_smollm2(loader):
+    if not _SMOLLM2:
+        _SMOLLM2.append(loader())
+    return _SMOLLM2[0]
 
 
 def is_remote(obj: Any) -> bool:
