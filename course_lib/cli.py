@@ -15,6 +15,7 @@ import sys
 # Order shown in `course --help`: the instructor's pipeline first, then the engine, then docs.
 COMMANDS = {
     "release": "Generate the student release (labs/) from the solution notebooks (solutions/).",
+    "kit": "Build the student kit: the release notebooks and the student edition of course_lib.",
     "grade": "Autograde a folder of submissions and write grades, feedback and a report.",
     "solve": "Run the solution notebooks and fail, naming the cell, if a test cell fails.",
     "chat": "Chat with SmolLM2 in the terminal through the course's own engine.",

@@ -56,7 +56,7 @@ def fixture_notebooks() -> dict[str, object]:
             from course_lib.checks import require_gpu
             require_gpu("the fixture's GPU check")
             assert double(3) == 6
-        '''),
+        ''', needs_gpu=True),
     ])
     ch2 = a.notebook([
         a.markdown("# Fixture chapter 2"),
