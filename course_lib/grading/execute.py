@@ -87,9 +87,10 @@ class IsolatedExecute(NbGraderPreprocessor):
         lab, name = resources["nbgrader"]["assignment"], resources["nbgrader"]["notebook"]
         source_cells = self._source_test_cells(settings.workspace, lab, name)
         folder = Path(resources.get("metadata", {}).get("path") or ".")
+        student = resources["nbgrader"]["student"]
         with tempfile.TemporaryDirectory(prefix="course-kernel-") as scratch:
             workdir = Path(scratch) / lab
-            shutil.copytree(folder, workdir, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+            self._stage_workdir(workdir, settings.workspace / "submitted" / student / lab, folder)
             kernel = StudentKernel(edition=settings.edition, workdir=workdir,
                                    hidden=[*settings.hidden, settings.workspace, folder.resolve()],
                                    threads=settings.threads, gpu=settings.gpu)
@@ -105,6 +106,20 @@ class IsolatedExecute(NbGraderPreprocessor):
             finally:
                 kernel.close()
         return nb, resources
+
+    @staticmethod
+    def _stage_workdir(workdir: Path, submitted: Path, autograded: Path) -> None:
+        """The kernel's folder: what the student handed in, nothing of the grader's.
+
+        The notebooks nbgrader prepared for grading hold the restored test cells, hidden tests
+        included, so they never go in: the kernel gets the notebooks as submitted and the other
+        files of the submission.
+        """
+        source = submitted if submitted.is_dir() else autograded
+        shutil.copytree(source, workdir, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "*.ipynb"))
+        if submitted.is_dir():
+            for notebook in submitted.glob("*.ipynb"):
+                shutil.copy2(notebook, workdir / notebook.name)
 
     @staticmethod
     def _source_test_cells(workspace: Path, lab: str, name: str) -> dict[str, dict]:

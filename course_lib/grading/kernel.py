@@ -239,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-fd", type=int, required=True)
     parser.add_argument("--interrupt-fd", type=int, required=True)
     args = parser.parse_args(argv)
+    if os.getcwd() not in sys.path:  # the notebook's folder, after the library (as `import helper` expects)
+        sys.path.append(os.getcwd())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the kernel installs its own handler
     fd_log = _FdLog()
     from course_lib.grading.channel import KERNEL, Endpoint

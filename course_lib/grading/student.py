@@ -76,7 +76,10 @@ class StudentKernel:
         to_kernel_read, to_kernel_write = os.pipe()
         from_kernel_read, from_kernel_write = os.pipe()
         interrupt_read, self._interrupt_fd = os.pipe()
-        command = [sys.executable, "-m", "course_lib.grading.kernel", "--read-fd", str(to_kernel_read),
+        # -P: the working folder (the student's files) is not put before the edition on sys.path, so a
+        # folder named course_lib in a submission cannot stand in for the library; the kernel appends it.
+        safe_path = ["-P"] if sys.version_info >= (3, 11) else []
+        command = [sys.executable, *safe_path, "-m", "course_lib.grading.kernel", "--read-fd", str(to_kernel_read),
                    "--write-fd", str(from_kernel_write), "--interrupt-fd", str(interrupt_read)]
         plan = default_plan(workdir=self.workdir, edition=self.edition, extra_hidden=self.hidden)
         self._stderr_log = tempfile.TemporaryFile()
