@@ -24,6 +24,20 @@ COMMANDS = {
 }
 
 
+# What a student's kit offers: the instructor's commands need solutions/ and the grader, which a
+# kit does not have.
+STUDENT_COMMANDS = ("chat", "bench")
+
+
+def available_commands() -> dict[str, str]:
+    """The commands of this edition of the library (all of them in the instructor's)."""
+    from course_lib.exercises import is_student_edition
+
+    if not is_student_edition():
+        return COMMANDS
+    return {name: help_line for name, help_line in COMMANDS.items() if name in STUDENT_COMMANDS}
+
+
 def _load(name: str):
     return importlib.import_module(f"course_lib.commands.{name}")
 
@@ -36,7 +50,7 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
         epilog="Run `course COMMAND --help` for the options of one command.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, help_line in COMMANDS.items():
+    for name, help_line in available_commands().items():
         if selected is not None and name != selected:
             sub.add_parser(name, help=help_line)
             continue
@@ -55,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Import only the chosen command's module: the others may pull in heavy libraries.
     selected = next((a for a in argv if not a.startswith("-")), None)
-    if selected not in COMMANDS:
+    if selected not in available_commands():
         selected = None
     parser = build_parser(selected)
     args = parser.parse_args(argv)
