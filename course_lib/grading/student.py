@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from course_lib.grading.channel import GRADER, ChannelClosed, Endpoint, ProtocolError, Shared
+from course_lib.grading.channel import GRADER, ChannelClosed, Endpoint, ProtocolError, Shared, widen_pipe
 from course_lib.grading.sandbox import Isolation, default_plan, detect_isolation, kernel_environment, wrap_command
 
 __all__ = ["CellTimeout", "KernelDied", "StudentKernel"]
@@ -76,6 +76,8 @@ class StudentKernel:
         to_kernel_read, to_kernel_write = os.pipe()
         from_kernel_read, from_kernel_write = os.pipe()
         interrupt_read, self._interrupt_fd = os.pipe()
+        for fd in (to_kernel_write, from_kernel_write):
+            widen_pipe(fd)
         # -P: the working folder (the student's files) is not put before the edition on sys.path, so a
         # folder named course_lib in a submission cannot stand in for the library; the kernel appends it.
         safe_path = ["-P"] if sys.version_info >= (3, 11) else []
