@@ -173,3 +173,70 @@ def test_the_unshare_fallback_isolates_too(edition, tmp_path):
 
 def test_isolation_detection_names_what_it_found():
     assert ISOLATION.name in (BUBBLEWRAP, UNSHARE, NONE) and ISOLATION.description
+
+
+def test_in_place_changes_to_arguments_come_back(kernel):
+    import torch
+
+    from course_lib.checks import call_student
+
+    outputs_of(kernel, "def fill(cache, rows, value):\n    cache[rows] = value\n    rows.append(99)\n")
+    cache, rows = torch.zeros(4, 3), [1, 2]
+    call_student(kernel.lookup("fill"), "fill", cache, rows, 5.0, copy_args=False)
+    assert cache[1:3].eq(5).all() and cache[0].eq(0).all(), "the kernel's in-place write reached the check's tensor"
+    assert rows == [1, 2, 99]
+    untouched = torch.zeros(4, 3)
+    call_student(kernel.lookup("fill"), "fill", untouched, [0], 1.0)  # copy_args=True: the check's tensor stays
+    assert untouched.eq(0).all()
+
+
+def test_a_server_the_check_runs_is_reachable_through_student_url_only(kernel):
+    import http.server
+    import threading
+
+    from course_lib.checks import student_url
+    from course_lib.grading.testcells import run_test_cell
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"hello from the check")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        outputs_of(kernel, "import urllib.request\ndef fetch(url):\n"
+                           "    return urllib.request.urlopen(url, timeout=5).read().decode()\n")
+        cell = f"from course_lib.checks import student_url\nprint(fetch(student_url({url!r})))"
+        outputs = run_test_cell(cell, kernel, {}, timeout=30)
+        assert text_of(outputs) == "hello from the check\n", outputs
+    finally:
+        server.shutdown()
+
+
+def test_student_code_may_be_called_from_a_checks_thread(kernel):
+    import threading
+
+    outputs_of(kernel, "def square(x):\n    return x * x\n")
+    square = kernel.lookup("square")
+    kernel.set_deadline(60)
+    results, errors = [], []
+
+    def worker():
+        try:
+            results.extend(square(i) for i in range(200))
+        except Exception as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    main = [square(i) for i in range(200)]
+    for thread in threads:
+        thread.join()
+    assert not errors and sorted(results) == sorted([i * i for i in range(200)] * 3) and main[-1] == 199 * 199

@@ -42,6 +42,7 @@ import pickle
 import pickletools
 import select
 import struct
+import threading
 import time
 import traceback
 import weakref
@@ -460,6 +461,19 @@ class RemoteObject:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._request("call", args, kwargs)
 
+    def _call_in_place(self, args: tuple, kwargs: dict) -> Any:
+        """Call, then copy what the call changed in the arguments (tensors, arrays, lists, dicts) back into them.
+
+        The arguments crossed by value, so a function that fills a tensor it was given filled the
+        kernel's copy; this puts the result where a local call would have left it.
+        """
+        value, new_args, new_kwargs = self._request("call_in_place", args, kwargs)
+        for original, changed in zip(args, new_args):
+            write_back(original, changed)
+        for key, original in kwargs.items():
+            write_back(original, new_kwargs.get(key))
+        return value
+
     def __len__(self) -> int:
         return _expect(self._request("special", "len", ()), int, "len()")
 
@@ -518,6 +532,35 @@ class RemoteObject:
 
     def __reduce_ex__(self, protocol):
         raise TypeError("a handle to the student's kernel cannot be pickled outside the channel")
+
+
+def write_back(original: Any, changed: Any) -> None:
+    """Make ``original`` equal to ``changed`` in place, for the mutable kinds a call can change."""
+    kind = type(original).__module__
+    if kind.startswith("torch"):
+        import torch
+
+        if isinstance(original, torch.Tensor) and isinstance(changed, torch.Tensor) \
+                and changed.shape == original.shape and changed.dtype == original.dtype:
+            with torch.no_grad():
+                original.copy_(changed.to(original.device))
+    elif kind.startswith("numpy"):
+        import numpy as np
+
+        if isinstance(original, np.ndarray) and isinstance(changed, np.ndarray) and changed.shape == original.shape:
+            original[...] = changed
+    elif type(original) is list and type(changed) is list:
+        if len(original) != len(changed):
+            original[:] = changed
+            return
+        for index, (item, new_item) in enumerate(zip(original, changed)):
+            if type(item) in (list, dict) or type(item).__module__.startswith(("torch", "numpy")):
+                write_back(item, new_item)
+            else:
+                original[index] = new_item
+    elif type(original) is dict and type(changed) is dict:
+        original.clear()
+        original.update(changed)
 
 
 class _RemoteIterator:
@@ -654,6 +697,9 @@ class Endpoint:
         self._proxies: "weakref.WeakValueDictionary[tuple[str, int], Any]" = weakref.WeakValueDictionary()
         self._request_ids = itertools.count(1)
         self._export_counter = itertools.count(1)
+        # One conversation at a time: a check's server thread may call the student's code while the
+        # main thread does too. Re-entrant, because serving the other side's request can make one.
+        self._lock = threading.RLock()
 
     # ---- handles ----------------------------------------------------------------------------
 
@@ -733,6 +779,10 @@ class Endpoint:
 
     def request(self, op: str, *args: Any) -> Any:
         """Send a request and wait for its reply, serving the other side's requests meanwhile."""
+        with self._lock:
+            return self._request_locked(op, args)
+
+    def _request_locked(self, op: str, args: tuple) -> Any:
         request_id = next(self._request_ids)
         try:
             self.send({"id": request_id, "op": op, "args": args})

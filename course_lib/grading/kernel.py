@@ -84,6 +84,7 @@ class Kernel:
         self.client.start_channels()
         self.shell = self.manager.kernel.shell
         self.in_student_code = False
+        self.listeners: list = []
         signal.signal(signal.SIGINT, self._on_sigint)
 
     # ---- signals ------------------------------------------------------------------------------
@@ -109,9 +110,19 @@ class Kernel:
             return self.exec_cell(*args)
         if op == "global":
             return self.lookup(*args)
-        if op in ("call", "getattr", "setattr", "delattr", "special", "build"):
+        if op in ("call", "call_in_place", "getattr", "setattr", "delattr", "special", "build"):
             return self._run_for_grader(getattr(self, f"_{op}"), args)
+        if op == "listen":
+            return self.listen(*args)
         raise ProtocolError(f"unknown request {op!r}")
+
+    def listen(self, port: int, path: str) -> None:
+        """Open 127.0.0.1:``port`` here, relayed to the grader's server through the Unix socket ``path``."""
+        from course_lib.grading.relay import relay_tcp_to_unix
+
+        if not isinstance(port, int) or not 0 < port < 65536 or not isinstance(path, str):
+            raise ValueError(f"listen needs a port and a socket path, got {port!r}, {path!r}")
+        self.listeners.append(relay_tcp_to_unix(port, path))
 
     def lookup(self, name: str) -> Any:
         namespace = self.shell.user_ns
@@ -139,6 +150,12 @@ class Kernel:
     @staticmethod
     def _call(target: Any, call_args: tuple, call_kwargs: dict) -> Any:
         return target(*call_args, **call_kwargs)
+
+    @staticmethod
+    def _call_in_place(target: Any, call_args: tuple, call_kwargs: dict) -> Any:
+        """A call whose arguments the grader wants back afterwards (the function changes them in place)."""
+        value = target(*call_args, **call_kwargs)
+        return (value, call_args, call_kwargs)
 
     @staticmethod
     def _getattr(target: Any, name: str) -> Any:

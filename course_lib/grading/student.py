@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from course_lib.grading.channel import GRADER, ChannelClosed, Endpoint, ProtocolError, Shared, widen_pipe
-from course_lib.grading.sandbox import Isolation, default_plan, detect_isolation, kernel_environment, wrap_command
+from course_lib.grading.sandbox import NONE, Isolation, default_plan, detect_isolation, kernel_environment, wrap_command
 
 __all__ = ["CellTimeout", "KernelDied", "StudentKernel"]
 
@@ -62,6 +62,7 @@ class StudentKernel:
         self._interrupted_at: float | None = None
         self._stderr_log = None
         self._interrupt_fd = -1
+        self._relays: dict[int, Any] = {}  # port -> the grader's listening Unix socket
 
     # ---- life cycle -------------------------------------------------------------------------
 
@@ -132,6 +133,9 @@ class StudentKernel:
         if self._stderr_log is not None:
             self._stderr_log.close()
             self._stderr_log = None
+        for listener in self._relays.values():
+            listener.close()
+        self._relays.clear()
 
     @property
     def alive(self) -> bool:
@@ -237,6 +241,24 @@ class StudentKernel:
     @staticmethod
     def share(obj: Any, methods: tuple[str, ...]) -> Shared:
         return Shared(obj, tuple(methods))
+
+    def expose_url(self, url: str) -> str:
+        """``checks.student_url``: relay the kernel's 127.0.0.1:PORT to the grader's (see ``relay``)."""
+        from urllib.parse import urlsplit
+
+        from course_lib.grading.relay import relay_unix_to_tcp
+
+        parts = urlsplit(url)
+        if parts.hostname not in ("127.0.0.1", "localhost") or parts.port is None:
+            raise ValueError(f"student_url needs http://127.0.0.1:PORT/..., got {url!r}")
+        if self.isolation.name == NONE or parts.port in self._relays:
+            return url  # without a network namespace the kernel shares the grader's loopback
+        folder = self.workdir / ".course-net"
+        folder.mkdir(exist_ok=True)
+        path = folder / f"{parts.port}.sock"
+        self._relays[parts.port] = relay_unix_to_tcp(path, parts.port)
+        self.request("listen", parts.port, str(path))
+        return url
 
     # ---- the kernel's requests to the grader ------------------------------------------------------
 

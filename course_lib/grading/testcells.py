@@ -22,7 +22,7 @@ import threading
 import warnings
 from typing import Any
 
-from course_lib.checks import _PLATFORM_BUILDER, _SHARER
+from course_lib.checks import _PLATFORM_BUILDER, _SHARER, _URL_SHARER
 from course_lib.grading.channel import ChannelClosed, ProtocolError, StudentError
 from course_lib.grading.student import CellTimeout, KernelDied, StudentKernel
 
@@ -154,6 +154,7 @@ def run_test_cell(source: str, kernel: StudentKernel, namespace: dict[str, Any],
     kernel.set_deadline(timeout)
     builder = _PLATFORM_BUILDER.set(kernel.build)
     sharer = _SHARER.set(kernel.share)
+    url_sharer = _URL_SHARER.set(kernel.expose_url)
     outputs: list[dict] = []
     try:
         with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output), \
@@ -174,6 +175,7 @@ def run_test_cell(source: str, kernel: StudentKernel, namespace: dict[str, Any],
     finally:
         _PLATFORM_BUILDER.reset(builder)
         _SHARER.reset(sharer)
+        _URL_SHARER.reset(url_sharer)
         kernel.output_sink = None
     text = output.text()
     return ([{"output_type": "stream", "name": "stdout", "text": text}] if text else []) + outputs
