@@ -40,6 +40,7 @@ __all__ = [
     "Slo",
     "closed_loop",
     "default_prompts",
+    "mean_in_flight",
     "open_loop",
     "poisson_arrival_times",
     "poisson_schedule",
@@ -191,6 +192,20 @@ async def open_loop(url: str, schedule: Sequence[dict]) -> list[dict]:
             return {"scheduled_at": item["at"], **record}
 
         return list(await asyncio.gather(*(send(item) for item in schedule)))
+
+
+@exercise("lab05-serving", "02_load", "mean_in_flight")
+def mean_in_flight(records: Sequence[dict], start: float, end: float) -> float:
+    """Time-average number of requests in flight over [start, end] (L in Little's law L = lambda * W).
+
+    A request is in flight from its ``sent_at`` to its ``done_at``. Each request contributes the
+    length of the overlap of [sent_at, done_at] with [start, end]; the sum is divided by end - start.
+    Raises ValueError unless end > start.
+    """
+    if not end > start:
+        raise ValueError(f"end must be > start, got start={start}, end={end}")
+    busy = sum(max(0.0, min(r["done_at"], end) - max(r["sent_at"], start)) for r in records)
+    return busy / (end - start)
 
 
 # ---------------------------------------------------------------------------------------------
