@@ -91,7 +91,7 @@ async def stream_request(client, url: str, prompt: str, max_tokens: int, *, t0: 
                          extra: dict | None = None) -> dict:
     """Send one streamed ``/v1/completions`` request; return its wire record (times relative to ``t0``).
 
-    client: an ``httpx.AsyncClient``. The record is a dict:
+    client: an ``httpx.AsyncClient``. Greedy, with ``ignore_eos`` (override in ``extra``). The record is a dict:
     ``sent_at`` (when the request left), ``status`` (HTTP status; 200 when it streamed),
     ``chunk_times`` (arrival of each event that carried text), ``num_output_tokens`` (from the
     final usage event), ``finish_reason``, ``done_at`` (when the stream ended or the error came
@@ -99,8 +99,9 @@ async def stream_request(client, url: str, prompt: str, max_tokens: int, *, t0: 
     """
     import json
 
+    # ignore_eos: every answer has exactly max_tokens tokens, so runs at different loads do the same work.
     body = {"prompt": prompt, "max_tokens": max_tokens, "stream": True, "stream_options": {"include_usage": True},
-            "temperature": 0.0, **(extra or {})}
+            "temperature": 0.0, "ignore_eos": True, **(extra or {})}
     record: dict[str, Any] = {"sent_at": time.perf_counter() - t0, "status": None, "chunk_times": [],
                               "num_output_tokens": 0, "finish_reason": None, "done_at": None, "retry_after": None,
                               "error": None}

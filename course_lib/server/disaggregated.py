@@ -113,6 +113,10 @@ class _ImportingAllocator(BlockAllocator):
         payload = self.pending.pop(seq_id, None)
         if payload is None:
             return cached  # a preempted request starts over: recompute, as usual
+        if payload.dim() != 5 or payload.shape[2] != len(token_ids) - 1:
+            self.free(seq_id)
+            raise ValueError(f"the KV payload has shape {tuple(payload.shape)}; it should hold the "
+                             f"{len(token_ids) - 1} prompt tokens: [layers, 2, {len(token_ids) - 1}, kv_heads, head_dim]")
         started = time.perf_counter()
         result = self.unpack(payload, self.kv_cache.storage, self.block_table(seq_id))
         if result is not None and result is not self.kv_cache.storage:
