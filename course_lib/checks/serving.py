@@ -15,7 +15,6 @@ import threading
 import time
 
 from course_lib.checks import (
-    CheckFailed,
     call_student,
     check,
     expect_close,
@@ -224,7 +223,7 @@ def check_open_loop(open_loop, gap_s: float = 0.05, num_requests: int = 8, servi
 
     require_own_implementation(open_loop, "open_loop")
     num_tokens = 6
-    schedule = [{"at": round(0.2 + gap_s * i, 6), "prompt": f"p{i}", "max_tokens": num_tokens}
+    schedule = [{"at": round(0.5 + gap_s * i, 6), "prompt": f"p{i}", "max_tokens": num_tokens}
                 for i in range(num_requests)]
     scripted = ScriptedServer(num_tokens=num_tokens, first_delay_s=0.1, gap_s=(service_s - 0.1) / (num_tokens - 1))
     runner = make(loadtest.BlockingRunner, open_loop)
@@ -233,10 +232,15 @@ def check_open_loop(open_loop, gap_s: float = 0.05, num_requests: int = 8, servi
     arrivals = sorted(scripted.arrivals)
     expect_equal(len(arrivals), num_requests, "requests the server received",
                  hint="send every request of the schedule exactly once.")
-    offsets = [t - arrivals[0] for t in arrivals]
+    # Align the two clocks on the median lag (a connection set up for the first request can make it
+    # late by itself); an open loop then lands every request within a fraction of a gap of its time,
+    # a closed loop drifts by a whole answer per request.
+    lags = sorted(arrival - item["at"] for arrival, item in zip(arrivals, schedule))
+    lag = lags[len(lags) // 2]
+    offsets = [arrival - lag - schedule[0]["at"] for arrival in arrivals]
     wanted = [item["at"] - schedule[0]["at"] for item in schedule]
     worst = max(abs(a - b) for a, b in zip(offsets, wanted))
-    if worst > 0.15:
+    if worst > 0.2:
         fail("the server saw the requests arrive off schedule (offsets from the first arrival, seconds)",
              expected=[round(w, 3) for w in wanted], got=[round(o, 3) for o in offsets],
              hint="each request must leave at its own time, from its own task: awaiting one answer before "
@@ -382,8 +386,11 @@ def check_admission_live(admission_policy, burst: int = 16, max_waiting: int = 3
           f"(statuses: {statuses})")
     check(all(r["retry_after"] == 2 for r in refused), "every 429 should carry Retry-After: 2 (limits.retry_after_s)")
     admitted = statuses.count(200)
-    check(admitted >= 4, f"only {admitted} of {burst} requests were admitted; the server holds 2 running plus "
-          f"{max_waiting} waiting", hint="admit while no limit is reached.")
+    # However the burst interleaves with the engine, the first max_waiting requests find room.
+    at_least = max(1, min(max_waiting, budget // 3))
+    check(admitted >= at_least, f"only {admitted} of {burst} requests were admitted; an empty server with "
+          f"max_waiting={max_waiting} and a budget of {budget} blocks has room for at least {at_least}",
+          hint="admit while no limit is reached: refuse only when num_waiting >= max_waiting.")
     check(all(s in (200, 429) for s in statuses), f"unexpected statuses: {sorted(set(statuses))}")
 
 

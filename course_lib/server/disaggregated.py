@@ -42,7 +42,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from course_lib.engine import StepOutput
 from course_lib.paged import BlockAllocator
@@ -253,7 +253,6 @@ class _Live:
     arrival_time: float
     first_token_time: float | None = None
     num_output_tokens: int = 0
-    texts: list = field(default_factory=list)
 
 
 class DisaggregatedBackend:

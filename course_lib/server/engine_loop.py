@@ -23,8 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from course_lib.engine import LLMEngine, StepOutput
 from course_lib.sampling import SamplingParams
@@ -102,7 +101,6 @@ class _Counters:
     num_prompt_tokens: int = 0
     num_prefix_cached_tokens: int = 0
     num_preemptions: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class EngineLoop:
@@ -110,8 +108,9 @@ class EngineLoop:
 
     engine_factory: ``() -> LLMEngine``; called once at start and again by ``reset()`` (a fresh
     engine, so a fresh prefix cache and pool, around the same model).
-    on_finish: optional ``f(RequestTiming)`` called in the engine thread when a request ends
-    (the server's Prometheus histograms).
+    on_finish: optional ``f(RequestTiming, finish_reason)`` called in the engine thread when a
+    request ends (the server's Prometheus histograms). on_step: optional ``f(LoopState)`` after
+    every step.
     """
 
     def __init__(self, engine_factory: Callable[[], LLMEngine], *, on_finish: Callable[[RequestTiming, str], None] | None = None,
@@ -124,7 +123,6 @@ class EngineLoop:
         self._callbacks: dict[str, OutputCallback] = {}
         self._timings: dict[str, RequestTiming] = {}
         self._lock = threading.Lock()  # guards _timings, which state() reads from other threads
-        self._queued = 0  # submitted commands not yet added to the engine
         self._ids = itertools.count()
         self._counters = _Counters()
         self._thread: threading.Thread | None = None
@@ -173,7 +171,6 @@ class EngineLoop:
         accepted: Future = Future()
         with self._lock:
             self._timings[request_id] = timing
-            self._queued += 1
         self._commands.put(_Submit(request_id, list(prompt_token_ids), params, on_output, accepted))
         return accepted
 
@@ -249,8 +246,6 @@ class EngineLoop:
                 self._reset(command)
 
     def _add(self, command: _Submit) -> None:
-        with self._lock:
-            self._queued -= 1
         try:
             self.engine.add_request(command.prompt_token_ids, command.params, request_id=command.request_id)
         except (ValueError, TypeError) as error:
