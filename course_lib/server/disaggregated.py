@@ -28,8 +28,11 @@ The student's ``pack_kv`` / ``unpack_kv`` run inside the workers: their *source 
 the worker processes and executed there (the functions may use ``torch`` and ``math``), the way
 a distributed framework ships a user's function.
 
-``DisaggregatedBackend(mode="colocated")`` runs the same workers' code as one ordinary engine,
-for a like-for-like baseline. Either backend serves HTTP through ``course_lib.server.app``.
+The colocated baseline runs on the same workers' code: ``backend.mode = "colocated"`` sends whole
+requests to the prefill worker's engine (prompt to last token, KV never leaves it), so one pair of
+processes, loaded once, serves both sides of the comparison. ``DisaggregatedBackend(mode="colocated")``
+without pack/unpack starts a single worker. Either way the backend serves HTTP through
+``course_lib.server.app``.
 """
 
 from __future__ import annotations
@@ -177,6 +180,7 @@ def _worker_main(role: str, options: dict, inbox, peer, results, functions: dict
         model(torch.tensor([1, 2, 3]), logits_indices=torch.tensor([2]))
     results.put(("ready", role))
     real: dict = {}  # request id -> (prompt ids, params) for the prefill worker
+    whole: set = set()  # requests this worker runs from prompt to last token (colocated mode)
 
     def take(message) -> bool:
         kind = message[0]
@@ -184,6 +188,10 @@ def _worker_main(role: str, options: dict, inbox, peer, results, functions: dict
             return False
         if kind == "abort":
             engine.abort(message[1])
+        elif kind == "generate_whole":  # the colocated baseline, run by the prefill worker's engine
+            _, request_id, prompt_ids, params = message
+            whole.add(request_id)
+            engine.add_request(prompt_ids, params, request_id=request_id)
         elif kind == "generate":  # colocated, or the prefill half
             _, request_id, prompt_ids, params = message
             if role == "prefill":
@@ -223,8 +231,10 @@ def _worker_main(role: str, options: dict, inbox, peer, results, functions: dict
             request_id = output.request_id
             if role == "decode" and request_id in allocator.unpack_seconds:
                 results.put(("unpacked", request_id, allocator.unpack_seconds.pop(request_id)))
-            if role != "prefill":
+            if role != "prefill" or request_id in whole:
                 results.put(("token", request_id, output.new_token_ids, output.finished, output.finish_reason, now))
+                if output.finished:
+                    whole.discard(request_id)
                 continue
             prompt_ids, params = real.pop(request_id) if output.finished else real[request_id]
             payload, pack_seconds = allocator.exported.pop(request_id, (None, 0.0))
@@ -258,8 +268,9 @@ class _Live:
 class DisaggregatedBackend:
     """Worker processes behind the interface of ``EngineLoop`` (submit, abort, state, ...).
 
-    mode: "disaggregated" (a prefill worker and a decode worker) or "colocated" (one worker does
-    both). pack_kv / unpack_kv: the functions the workers use to move KV (shipped as source).
+    mode: where requests go first, "disaggregated" (prefill worker, then decode worker) or
+    "colocated" (one engine does both; see ``mode``). pack_kv / unpack_kv: the functions the
+    workers use to move KV (shipped as source); with them there are two workers, without them one.
     model: "smollm2" or "tiny". threads: torch threads per worker. Engine options per worker:
     num_blocks, block_size, max_num_seqs, max_num_batched_tokens.
     """
@@ -276,7 +287,7 @@ class DisaggregatedBackend:
             raise ValueError(f"mode must be 'disaggregated' or 'colocated', got {mode!r}")
         if mode == "disaggregated" and (pack_kv is None or unpack_kv is None):
             raise ValueError("disaggregated mode needs pack_kv and unpack_kv (yours, from chapter 5)")
-        self.mode = mode
+        self._mode = mode
         self.model_name = MODEL_NAMES[model]
         self._detokenizer_type = IncrementalDetokenizer
         self._on_finish = on_finish
@@ -284,10 +295,10 @@ class DisaggregatedBackend:
         self._results = context.Queue()
         self._peer = context.Queue()
         functions = {}
-        if mode == "disaggregated":
+        if pack_kv is not None and unpack_kv is not None:
             functions = {"pack": function_source(pack_kv), "unpack": function_source(unpack_kv)}
-        roles = ["prefill", "decode"] if mode == "disaggregated" else ["colocated"]
-        threads = threads or (1 if mode == "disaggregated" else 2)
+        roles = ["prefill", "decode"] if functions else ["colocated"]
+        threads = threads or 1
         options = {"model": model, "threads": threads, **engine_options}
         self._inboxes = {role: context.Queue() for role in roles}
         self._workers = [context.Process(target=_worker_main, name=f"{role}-worker", daemon=True,
@@ -303,6 +314,22 @@ class DisaggregatedBackend:
         """One dict per shipped request: bytes, pack_s, trip_s (queue to the decode worker), unpack_s."""
         self.tokenizer = None
         self.max_model_len = None
+
+    @property
+    def mode(self) -> str:
+        """"disaggregated" or "colocated": where the next requests go (switch only while idle)."""
+        return self._mode
+
+    @mode.setter
+    def mode(self, mode: str) -> None:
+        if mode not in ("disaggregated", "colocated"):
+            raise ValueError(f"mode must be 'disaggregated' or 'colocated', got {mode!r}")
+        if mode == "disaggregated" and "decode" not in self._inboxes:
+            raise ValueError("this backend has no decode worker: build it with pack_kv and unpack_kv")
+        with self._lock:
+            if self._live:
+                raise RuntimeError(f"cannot switch modes with {len(self._live)} requests in flight")
+            self._mode = mode
 
     # ----- life cycle --------------------------------------------------------------------------
 
@@ -376,8 +403,12 @@ class DisaggregatedBackend:
                      len(prompt_token_ids), arrival_time or time.perf_counter())
         with self._lock:
             self._live[request_id] = live
-        first = "prefill" if self.mode == "disaggregated" else "colocated"
-        self._inboxes[first].put(("generate", request_id, list(prompt_token_ids), params))
+        if "colocated" in self._inboxes:
+            self._inboxes["colocated"].put(("generate", request_id, list(prompt_token_ids), params))
+        elif self._mode == "colocated":
+            self._inboxes["prefill"].put(("generate_whole", request_id, list(prompt_token_ids), params))
+        else:
+            self._inboxes["prefill"].put(("generate", request_id, list(prompt_token_ids), params))
         accepted.set_result(request_id)
         return accepted
 
