@@ -15,7 +15,7 @@ Each request is streamed; the client notes when it was sent and when each chunk 
 
 What students write (the references here): ``poisson_arrival_times`` and the open-loop driver
 ``open_loop`` (Lab 0.5 chapter 2). The platform around them: ``stream_request`` (one streamed
-request), ``closed_loop``, ``run`` (an async load generator run to completion from any thread, a
+request), ``burst`` (everything at once), ``closed_loop``, ``run`` (an async load generator run to completion from any thread, a
 notebook's included), ``summarize`` (percentiles, throughput, goodput under an SLO) and
 ``default_prompts``. Every URL must be a loopback address, and every run is bounded in requests
 and in time.
@@ -38,6 +38,7 @@ __all__ = [
     "MAX_DURATION_S",
     "MAX_REQUESTS",
     "Slo",
+    "burst",
     "closed_loop",
     "default_prompts",
     "mean_in_flight",
@@ -304,6 +305,24 @@ def closed_loop(url: str, prompts: Sequence[str], *, max_tokens: int, num_client
         raise ValueError(f"duration_s must be in (0, {MAX_DURATION_S:.0f}], got {duration_s}")
     return run_coroutine(lambda: _closed_loop(url, list(prompts), max_tokens, num_clients, duration_s),
                          duration_s + REQUEST_TIMEOUT_S)
+
+
+async def _burst(url: str, prompts: Sequence[str], max_tokens: int) -> list[dict]:
+    import httpx
+
+    start = time.perf_counter()
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(limits=limits, timeout=REQUEST_TIMEOUT_S) as client:
+        return list(await asyncio.gather(*(stream_request(client, url, prompt, max_tokens, t0=start)
+                                           for prompt in prompts)))
+
+
+def burst(url: str, prompts: Sequence[str], *, max_tokens: int) -> list[dict]:
+    """Send every prompt at once (one streamed request each); their records, in order."""
+    _require_loopback(url)
+    if not 1 <= len(prompts) <= 256:
+        raise ValueError(f"a burst holds 1 to 256 prompts, got {len(prompts)}")
+    return run_coroutine(lambda: _burst(url, list(prompts), max_tokens), REQUEST_TIMEOUT_S)
 
 
 def record_latencies(record: dict) -> dict | None:

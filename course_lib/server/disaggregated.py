@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import os
 import queue
 import textwrap
 import threading
@@ -209,8 +210,11 @@ def _worker_main(role: str, options: dict, inbox, peer, results, functions: dict
                          received - sent_at))
         return True
 
+    parent = os.getppid()
     running = True
     while running:
+        if os.getppid() != parent:
+            break  # whoever started us is gone: never outlive it
         sources = [inbox] + ([peer] if role == "decode" else [])
         idle = not engine.has_unfinished()
         for source in sources:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import threading
 
@@ -38,11 +39,25 @@ def build_server(args: argparse.Namespace):
     return server
 
 
+def stop_when_orphaned(stop: threading.Event, interval_s: float = 1.0) -> None:
+    """Set ``stop`` once this process's parent is gone (a notebook kernel killed, say), so a
+    replica never outlives whoever started it."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while not stop.wait(interval_s):
+            if os.getppid() != parent:
+                stop.set()
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def serve_forever(args: argparse.Namespace) -> int:
     server = build_server(args)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
+    stop_when_orphaned(stop)
     try:
         stop.wait()
     finally:
