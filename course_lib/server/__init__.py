@@ -10,7 +10,9 @@ One module per concept:
 - ``launch``: servers in a thread or a process of their own, on free loopback ports, always stopped;
 - ``router``: one address in front of many replicas (round robin, least outstanding, prefix-aware);
 - ``models``: the models a server loads by name (SmolLM2, or a tiny random model for tests);
-- ``disaggregated``: prefill and decode in separate worker processes, KV blocks shipped between them.
+- ``disaggregated``: prefill and decode in separate worker processes, KV blocks shipped between them;
+- ``scripted``: a model-free server with exact timing that logs what it received (for checks);
+- ``serve``: one server until interrupted (``python -m course_lib.server``, ``course serve``).
 
 ``python -m course_lib.server`` runs one server process (what ``course serve`` and the router's
 replicas start).
