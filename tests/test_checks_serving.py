@@ -254,3 +254,22 @@ def unpack_kv(payload, storage, block_table):
         checks.check_unpack_kv(ns["unpack_kv"], 0, [1, 9, 3], 10)
     with pytest.raises(CheckFailed, match="tokens generated"):
         checks.check_transfer_in_engine(ns["pack_kv"], ns["unpack_kv"])
+
+
+def test_generator_that_ignores_the_schedule_fails():
+    eager = '''
+import asyncio, time
+import httpx
+from course_lib.loadtest import stream_request
+
+async def open_loop(url, schedule):
+    start = time.perf_counter()
+    async with httpx.AsyncClient(timeout=60) as client:
+        async def send(item):
+            record = await stream_request(client, url, item["prompt"], item["max_tokens"], t0=start)
+            return {"scheduled_at": item["at"], **record}
+        return list(await asyncio.gather(*(send(item) for item in schedule)))
+'''
+    ns = student("02_load", {"open_loop": eager})
+    with pytest.raises(CheckFailed, match="off schedule"):
+        checks.check_open_loop(ns["open_loop"])
