@@ -244,7 +244,8 @@ def check_open_loop(open_loop, gap_s: float = 0.15, num_requests: int = 8, servi
     wanted = [item["at"] - schedule[0]["at"] for item in schedule]
     worst = max(abs(a - b) for a, b in zip(offsets, wanted))
     if worst > 0.2:
-        fail("the server saw the requests arrive off schedule (offsets from the first arrival, seconds)",
+        fail("the server saw the requests arrive off schedule (seconds after the first scheduled time, on the "
+             "server's clock aligned on the median lag)",
              expected=[round(w, 3) for w in wanted], got=[round(o, 3) for o in offsets],
              hint="each request must leave at its own time, from its own task: awaiting one answer before "
                   "sending the next is a closed loop, and the schedule slips by a whole answer each time; "
