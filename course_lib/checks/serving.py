@@ -547,6 +547,12 @@ def check_unpack_kv(unpack_kv, seed: int, block_table, num_tokens: int) -> None:
           "and leave every other slot alone (other requests live there).")
 
 
+def _scramble_free_blocks(allocator) -> None:
+    """Take and free most of the pool, so the next request's blocks are neither 0, 1, 2... nor in order."""
+    allocator.allocate("scramble", list(range(26 * allocator.block_size)))
+    allocator.free("scramble")
+
+
 @recorded_check
 def check_transfer_in_engine(pack_kv, unpack_kv, max_tokens: int = 8) -> None:
     """Prefill in one engine, ship with the student's functions, decode in another: same tokens as one engine.
@@ -569,6 +575,7 @@ def check_transfer_in_engine(pack_kv, unpack_kv, max_tokens: int = 8) -> None:
         return call_student(pack_kv, "pack_kv", *args, copy_args=False, show_args=False)
 
     prefill = LLMEngine(model, tokenizer, allocator=_ExportingAllocator(32, 4, pack=student_pack))
+    _scramble_free_blocks(prefill.allocator)
     prefill.allocator.kv_cache = prefill.kv_cache
     prefill.allocator.num_tokens["x"] = len(prompt)
     prefill.add_request(prompt, SamplingParams(temperature=0, max_tokens=1, ignore_eos=True), request_id="x")
@@ -586,6 +593,7 @@ def check_transfer_in_engine(pack_kv, unpack_kv, max_tokens: int = 8) -> None:
                                                                          show_args=False))
     decode = LLMEngine(model, tokenizer, allocator=receiver)
     receiver.kv_cache = decode.kv_cache
+    _scramble_free_blocks(receiver)
     receiver.pending["y"] = payload
     decode.add_request(prompt + [first_token], SamplingParams(temperature=0, max_tokens=max_tokens - 1, ignore_eos=True),
                        request_id="y")
