@@ -20,6 +20,8 @@ COMMANDS = {
     "solve": "Run the solution notebooks and fail, naming the cell, if a test cell fails.",
     "chat": "Chat with SmolLM2 in the terminal through the course's own engine.",
     "bench": "Run a benchmark (engine, kernel, bpe) and print its table.",
+    "serve": "Serve SmolLM2 over an OpenAI-compatible HTTP API (streaming, metrics, replicas behind a router).",
+    "loadtest": "Load-test a server on this machine: open-loop Poisson arrivals, latency percentiles, goodput.",
     "book": "Build the book site (book/_build/html), optionally serving it on localhost.",
 }
 
