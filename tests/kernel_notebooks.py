@@ -21,6 +21,7 @@ DEMO_SPECS = ROOT / "autograde" / "demo" / "lab03-kernels"
 
 PRELUDE = """
 import math
+import statistics
 import time
 import torch
 import triton

@@ -160,15 +160,27 @@ def _describe_lengths(lengths: list[int], flags: list[bool]) -> tuple[list[int],
 
 def _attention_hint(case: PagedCase, got: torch.Tensor, wrong_seqs: list[int], dtype: torch.dtype,
                     rerun: Callable[[PagedCase], Any] | None) -> str:
-    """The most likely cause of a wrong decode-attention output, from which sequences are wrong."""
+    """The most likely cause of a wrong decode-attention output, from which sequences are wrong and how."""
     lengths = [int(length) for length in case.seq_lens]
     block = case.block_size
     num_q_heads, num_kv_heads = case.q.shape[1], case.k_cache.shape[2]
     wrong_lengths = [lengths[seq] for seq in wrong_seqs]
-    if not torch.isfinite(got[wrong_seqs]).all():
-        return ("NaN in the output: the kernel read a slot that holds no token of the sequence. In this check every "
-                "such slot holds NaN (in a real pool: another request's keys). Mask the K and V loads to positions "
-                "< seq_len (other=0.0) and give those positions a score of -inf before the max and the exp.")
+    finite = [bool(torch.isfinite(got[seq]).all()) for seq in range(len(lengths))]
+    partial = [seq for seq in range(len(lengths)) if lengths[seq] % block]
+    if partial and sorted(wrong_seqs) == partial:
+        if not any(finite[seq] for seq in wrong_seqs):
+            return (f"NaN for exactly the sequences that end inside a block (lengths {wrong_lengths}; block_size "
+                    f"{block}): the kernel read the slots of the last block past seq_len. In this check every such "
+                    "slot holds NaN (in a real pool: another request's keys). Mask the K and V loads to positions "
+                    "< seq_len (other=0.0) and give those positions a score of -inf before the max and the exp.")
+        return (f"exactly the sequences that end inside a block are wrong (lengths {wrong_lengths}; block_size "
+                f"{block}): the last block holds only seq_len % block_size tokens, and it must be visited. Loop over "
+                "cdiv(seq_len, block_size) blocks (rounding up) and give positions >= seq_len a score of -inf (a "
+                "masked load gives 0, and a score of 0 still counts in the softmax).")
+    if not all(finite[seq] for seq in wrong_seqs):
+        return ("NaN in the output: the kernel read a slot that holds no token of the sequence (every such slot holds "
+                "NaN in this check), or divided 0 by 0. Mask the K and V loads to positions < seq_len, give those "
+                "positions a score of -inf, and visit every block that holds a token.")
     if 1 < num_kv_heads < num_q_heads:
         interleaved = paged_attention_float64(*case.args(), kv_head_of=lambda h, heads, kv_heads: h % kv_heads)
         if is_close(got, interleaved, dtype):
@@ -184,12 +196,6 @@ def _attention_hint(case: PagedCase, got: torch.Tensor, wrong_seqs: list[int], d
                 "far is relative to the old max: multiply BOTH the running sum l and the accumulator acc by "
                 "exp(m_old - m_new) before adding the new block's terms. Also check that the block table is read at "
                 "the right index for every block.")
-    partial = [seq for seq in range(len(lengths)) if lengths[seq] % block]
-    if partial and sorted(wrong_seqs) == sorted(partial):
-        return (f"exactly the sequences that end inside a block are wrong (lengths {wrong_lengths}; block_size "
-                f"{block}): the last block holds only seq_len % block_size tokens. Loop over "
-                "cdiv(seq_len, block_size) blocks and mask positions >= seq_len with a score of -inf (a masked load "
-                "gives 0, and a score of 0 still counts in the softmax).")
     if rerun is not None and case.q.stride(0) != case.q.shape[1] * case.q.shape[2]:
         contiguous = PagedCase(case.q.contiguous(), case.k_cache, case.v_cache, case.block_tables, case.seq_lens,
                                case.scale, case.description)

@@ -6,7 +6,8 @@
   their torch references;
 - ``timing``: honest GPU timing (paired, alternated runs; the copy bandwidth that bounds them);
 - ``byte_counter``: the bytes a sequence of torch operations reads and writes;
-- ``interpreter_guard``: bounds checks for Triton's CPU interpreter.
+- ``interpreter_guard``: bounds checks for Triton's CPU interpreter;
+- ``interpreter_speedup``: cheaper calls of ``@triton.jit`` helpers under the interpreter.
 
 Importing this package decides how Triton runs, so it must happen before any kernel is defined:
 Triton reads ``TRITON_INTERPRET`` when a ``@triton.jit`` function is created, not when it is
@@ -27,6 +28,8 @@ if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
 if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
     # The interpreter reads and writes raw addresses: without the guard, a missing mask corrupts
     # the process's memory instead of raising an error that names the kernel and the access.
-    from course_lib.kernels import interpreter_guard
+    # The speed-up removes the interpreter's largest fixed cost (see its module).
+    from course_lib.kernels import interpreter_guard, interpreter_speedup
 
     interpreter_guard.install()
+    interpreter_speedup.install()

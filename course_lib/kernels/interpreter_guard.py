@@ -117,15 +117,18 @@ def _check(kind: str, pointers, mask, element_size: int) -> None:
     spans = _launch.spans
     if spans is None:
         return  # a device function called outside a guarded launch
-    addresses = np.asarray(pointers.data, dtype=np.uint64).ravel()
+    addresses = pointers.data  # numpy uint64 addresses, one per lane
     if mask is not None:
-        active = np.broadcast_to(np.asarray(mask.data, dtype=bool), np.asarray(pointers.data).shape).ravel()
-        addresses = addresses[active]
+        active = mask.data
+        if not active.all():
+            addresses = addresses[np.broadcast_to(active, addresses.shape)]
     if addresses.size == 0:
         return
     lowest, highest = int(addresses.min()), int(addresses.max()) + element_size
-    if any(span.start <= lowest and highest <= span.end for span in spans):
-        return  # the common case: the whole access lies in one argument
+    for span in spans:
+        if span.start <= lowest and highest <= span.end:
+            return  # the common case: the whole access lies in one argument
+    addresses = addresses.ravel().astype(np.uint64)
     inside = np.zeros(addresses.shape, dtype=bool)
     for span in spans:
         inside |= (addresses >= span.start) & (addresses + element_size <= span.end)
@@ -148,16 +151,9 @@ def _program_index() -> tuple[int, int, int] | None:
 
 
 def _element_size(pointers) -> int:
-    try:
-        return int(np.dtype(_np_dtype(pointers.get_element_ty())).itemsize)
-    except Exception:  # an element type numpy cannot name: check the first byte only
-        return 1
-
-
-def _np_dtype(element_type):
-    from triton.runtime.interpreter import _get_np_dtype
-
-    return _get_np_dtype(element_type)
+    """Bytes of one element behind these pointers (1 when the type has no bit width, e.g. a pointer)."""
+    element_type = pointers.get_element_ty()
+    return max(1, getattr(element_type, "primitive_bitwidth", 8) // 8)
 
 
 def install() -> None:
