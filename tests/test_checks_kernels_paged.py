@@ -208,7 +208,7 @@ def test_choose_num_splits_without_the_token_floor_is_caught():
 def test_store_that_ignores_padding_hits_the_guard():
     bad = _demo("buggy-store-ignores-padding", SPLIT, "store_kv")
     checks.check_store_kv(bad["store_kv"], 5, 2, 16, 4, 4, padding=False)
-    _fails(checks.check_store_kv, bad["store_kv"], 12, 3, 64, 16, 3, words=("OutOfBoundsAccess", "before the start"))
+    _fails(checks.check_store_kv, bad["store_kv"], 12, 3, 64, 16, 3, words=("OutOfBoundsAccess", "slot -1", "do not store"))
 
 
 def test_store_that_ignores_k_strides_is_named():
@@ -240,3 +240,13 @@ def test_merge_reference_matches_torch_logsumexp():
     expected = (weights[..., None] * split_out.double()).sum(dim=2)
     torch.testing.assert_close(got.double(), expected, atol=1e-6, rtol=1e-5)
     assert not math.isnan(float(got.sum()))
+
+
+def test_pasted_kernels_that_ignore_strides_are_told_about_views():
+    from tests.kernel_notebooks import student as engine_student
+
+    bad = engine_student("05_into_the_engine", {"kernels": demo_answers("buggy-kernels-assume-contiguous")[
+        "05_into_the_engine/kernels"]})
+    _fails(checks.check_split_kv_decode_attention, bad["split_kv_decode_attention"], [9, 40], 9, 3, 64, 16, 2,
+           strided_q=True, words=("contiguous q", "q.stride(0)", "Wrong: the sequences of lengths [40]"))
+    _fails(checks.check_store_kv, bad["store_kv"], 12, 3, 64, 16, 3, strided=True, words=("strided views",))

@@ -134,8 +134,10 @@ def is_close(got: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> b
     return bool(torch.allclose(got.double(), expected.double(), rtol=rel, atol=abs_))
 
 
-def fail_mismatch(what: str, got: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, hint: str) -> None:
-    """The house-format failure for a tensor that is not close enough to the float64 expectation."""
+def fail_mismatch(what: str, got: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, hint: str,
+                  note: str = "") -> None:
+    """The house-format failure for a tensor that is not close enough to the float64 expectation
+    (``note``, if given, is a sentence added after the summary)."""
     rel, abs_ = TOLERANCES.get(dtype, TOLERANCES[torch.float32])
     flat_got, flat_expected = got.double().flatten(), expected.double().flatten()
     bad = ~torch.isclose(flat_got, flat_expected, rtol=rel, atol=abs_)
@@ -144,7 +146,8 @@ def fail_mismatch(what: str, got: torch.Tensor, expected: torch.Tensor, dtype: t
     position = list(torch.unravel_index(torch.tensor(index), got.shape)) if got.dim() else []
     nan_note = " (the output holds NaN or inf)" if not torch.isfinite(got).all() else ""
     fail(f"{what} differs from the float64 reference by up to {max_error(got, expected):.3g}{nan_note} "
-         f"(tolerance: relative {rel:g}, absolute {abs_:g}); first wrong element at {[int(i) for i in position]}",
+         f"(tolerance: relative {rel:g}, absolute {abs_:g}); first wrong element at {[int(i) for i in position]}."
+         + (f" {note}" if note else ""),
          expected=round(float(flat_expected[index]), 6), got=round(float(flat_got[index]), 6), hint=hint)
 
 

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import torch
 
-from course_lib.checks import call_student, expect_equal, fail, is_remote, register_reference_names, \
+from course_lib.checks import CheckFailed, call_student, expect_equal, fail, is_remote, register_reference_names, \
     require_own_implementation
 from course_lib.checks.fixtures import recorded_check, reference
 from course_lib.checks.kernels import call_kernel, expect_tensor, fail_mismatch, is_close
@@ -181,6 +181,15 @@ def _attention_hint(case: PagedCase, got: torch.Tensor, wrong_seqs: list[int], d
         return ("NaN in the output: the kernel read a slot that holds no token of the sequence (every such slot holds "
                 "NaN in this check), or divided 0 by 0. Mask the K and V loads to positions < seq_len, give those "
                 "positions a score of -inf, and visit every block that holds a token.")
+    if rerun is not None and case.q.stride(0) != case.q.shape[1] * case.q.shape[2]:
+        contiguous = PagedCase(case.q.contiguous(), case.k_cache, case.v_cache, case.block_tables, case.seq_lens,
+                               case.scale, case.description)
+        again = rerun(contiguous)
+        expected = paged_attention_float64(*contiguous.args())
+        if isinstance(again, torch.Tensor) and is_close(again, expected, dtype):
+            return (f"right for a contiguous q, wrong for this strided view (q.stride() = {tuple(case.q.stride())}): "
+                    "in the engine q is a slice of the fused q/k/v projection. Pass q.stride(0) and q.stride(1) to the "
+                    "kernel and address q through them.")
     if 1 < num_kv_heads < num_q_heads:
         interleaved = paged_attention_float64(*case.args(), kv_head_of=lambda h, heads, kv_heads: h % kv_heads)
         if is_close(got, interleaved, dtype):
@@ -196,15 +205,6 @@ def _attention_hint(case: PagedCase, got: torch.Tensor, wrong_seqs: list[int], d
                 "far is relative to the old max: multiply BOTH the running sum l and the accumulator acc by "
                 "exp(m_old - m_new) before adding the new block's terms. Also check that the block table is read at "
                 "the right index for every block.")
-    if rerun is not None and case.q.stride(0) != case.q.shape[1] * case.q.shape[2]:
-        contiguous = PagedCase(case.q.contiguous(), case.k_cache, case.v_cache, case.block_tables, case.seq_lens,
-                               case.scale, case.description)
-        again = rerun(contiguous)
-        expected = paged_attention_float64(*contiguous.args())
-        if isinstance(again, torch.Tensor) and is_close(again, expected, dtype):
-            return (f"right for a contiguous q, wrong for this strided view (q.stride() = {tuple(case.q.stride())}): "
-                    "in the engine q is a slice of the fused q/k/v projection. Pass q.stride(0) and q.stride(1) to the "
-                    "kernel and address q through them.")
     return ("for each (sequence, KV head) program: load the group's queries, walk the block table block by block "
             "(cdiv(seq_len, block_size) blocks), scores = q . k * scale with -inf past seq_len, online softmax "
             "(running max, rescaled sum and accumulator), out = acc / sum.")
@@ -222,8 +222,8 @@ def _check_attention_output(call: str, case: PagedCase, got: Any, dtype: torch.d
     right, wrong = _describe_lengths(lengths, flags)
     wrong_seqs = [seq for seq, ok in enumerate(flags) if not ok]
     hint = extra_hint or _attention_hint(case, got, wrong_seqs, dtype, rerun)
-    fail_mismatch(f"{call}: sequences of lengths {wrong} are wrong, {right or 'none'} right", got, expected, dtype,
-                  hint)
+    fail_mismatch(call, got, expected, dtype, hint,
+                  note=f"Wrong: the sequences of lengths {wrong}; right: {right or 'none'}.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -478,7 +478,15 @@ def check_store_kv(student_store: Callable, num_tokens: int, num_kv_heads: int, 
             f", {str(dtype).replace('torch.', '')}{layout}")
     expected_k, expected_v = reference(_store_float64)(k, v, k_cache, v_cache, slot_mapping)
     k_cache_in, v_cache_in = k_cache.clone(), v_cache.clone()
-    got = call_kernel(student_store, call, k, v, k_cache_in, v_cache_in, slot_mapping.clone(), copy_args=False)
+    try:
+        got = call_kernel(student_store, call, k, v, k_cache_in, v_cache_in, slot_mapping.clone(), copy_args=False)
+    except CheckFailed as error:
+        if not skipped or "OutOfBoundsAccess" not in str(error):
+            raise
+        summary = str(error).split("\n  hint:")[0]
+        raise CheckFailed(f"{summary}\n  hint: {skipped} tokens have slot -1, which means 'do not store' (padding): "
+                          "skip them (if slot >= 0: ...). Stored anyway, -1 // block_size is 0 and -1 % block_size is "
+                          "-1 in Triton's integer arithmetic, one slot before the start of the cache.") from error
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         fail(f"{call} must return (k_cache, v_cache)", expected="(Tensor, Tensor)", got=type(got).__name__,
              hint="write into the caches you were given and return them: return k_cache, v_cache.")
