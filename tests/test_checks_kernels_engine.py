@@ -147,3 +147,26 @@ def test_speed_check_needs_a_gpu(reference):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_speed_check_passes_the_reference_backend_on_a_gpu(reference):
     checks.check_decode_speed(reference["KernelBackend"]())
+
+
+def test_hard_coded_medians_fail_on_other_costs():
+    source = ("def time_paired(run_a, run_b, repeats=20, *, warmup=2, clock=time.perf_counter, synchronize=None):\n"
+              "    wait = synchronize or (lambda: None)\n"
+              "    for _ in range(warmup):\n        run_a()\n        run_b()\n"
+              "    for pair in range(repeats):\n"
+              "        for run in ((run_a, run_b) if pair % 2 == 0 else (run_b, run_a)):\n"
+              "            wait()\n            clock()\n            run()\n            wait()\n            clock()\n"
+              "    return 0.002, 0.001\n")
+    cheat = student(ENGINE, {"time_paired": source})
+    checks.check_time_paired(cheat["time_paired"], "steady")      # the visible scenario's costs...
+    _fails(checks.check_time_paired, cheat["time_paired"], "steady", cost_scale=0.37, words=("median seconds",))
+
+
+def test_a_pure_torch_backend_launches_no_kernel():
+    from course_lib.checks import kernels as kernel_checks
+
+    def torch_only_generate():
+        return [1, 2, 3]
+
+    with pytest.raises(CheckFailed, match="without launching a Triton kernel"):
+        kernel_checks.call_kernel(torch_only_generate, "generate()")

@@ -225,13 +225,18 @@ SCENARIOS = {
 
 
 @recorded_check
-def check_time_paired(student_time_paired: Callable, scenario: str, repeats: int = 20, warmup: int = 2) -> None:
+def check_time_paired(student_time_paired: Callable, scenario: str, repeats: int = 20, warmup: int = 2, *,
+                      cost_scale: float = 1.0) -> None:
     """``time_paired(run_a, run_b, repeats, warmup=..., clock=..., synchronize=...)`` on a simulated GPU
-    (see ``SCENARIOS``) must return the true median cost of each function."""
+    (see ``SCENARIOS``, with every cost multiplied by ``cost_scale``) must return the true median cost
+    of each function."""
     require_own_implementation(student_time_paired, "time_paired")
     if scenario not in SCENARIOS:
         raise ValueError(f"scenario must be one of {sorted(SCENARIOS)}, got {scenario!r}")
-    costs, settings, purpose = SCENARIOS[scenario]
+    if not cost_scale > 0:
+        raise ValueError(f"cost_scale must be > 0, got {cost_scale!r}")
+    base_costs, settings, purpose = SCENARIOS[scenario]
+    costs = {name: cost * cost_scale for name, cost in base_costs.items()}
     device = SimulatedDevice(costs, **settings)
     run_a, run_b = share(_Launcher(device, "a"), "__call__"), share(_Launcher(device, "b"), "__call__")
     clock, synchronize = share(_Clock(device), "__call__"), share(_Synchronize(device), "__call__")
