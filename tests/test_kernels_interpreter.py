@@ -4,14 +4,23 @@ tensor argument, with a message that names the kernel and the tensor) and the ch
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
-import triton
-import triton.language as tl
 
-from course_lib.kernels import interpreter_guard, interpreter_speedup
+import course_lib.kernels  # noqa: F401  (first: it turns the interpreter on before triton is imported)
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from course_lib.kernels import interpreter_guard, interpreter_speedup  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not interpreter_guard.is_installed(), reason="the interpreter is not in use (GPU)")
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"),
+                                reason="Triton's interpreter is not in use (a GPU runs the kernels)")
+
+
+def test_both_patches_are_installed_with_the_pinned_triton():
+    assert triton.__version__ == "3.9.0", "the patches were written for the interpreter of Triton 3.9"
+    assert interpreter_guard.is_installed() and interpreter_speedup.is_installed()
 
 
 @triton.jit

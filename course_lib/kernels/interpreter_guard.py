@@ -157,12 +157,21 @@ def _element_size(pointers) -> int:
 
 
 def install() -> None:
-    """Patch Triton's interpreter so every memory access is checked (idempotent)."""
+    """Patch Triton's interpreter so every memory access is checked (idempotent).
+
+    Written against the interpreter of Triton 3.9 (the version ``pyproject.toml`` pins); with a Triton
+    whose interpreter lacks the patched methods it does nothing and ``is_installed()`` stays False.
+    """
     global _installed
     if _installed:
         return
     from triton.runtime import interpreter
 
+    needed = ("InterpreterBuilder", "GridExecutor")
+    methods = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
+    if not all(hasattr(interpreter, name) for name in needed) or not all(
+            hasattr(interpreter.InterpreterBuilder, name) for name in methods):
+        return  # another Triton than the pinned one: run unguarded rather than break every import
     builder_class = interpreter.InterpreterBuilder
     original_load = builder_class.create_masked_load
     original_store = builder_class.create_masked_store

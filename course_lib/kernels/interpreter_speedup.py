@@ -41,6 +41,8 @@ def install() -> None:
         return
     from triton.runtime import interpreter
 
+    if not (hasattr(interpreter, "GridExecutor") and hasattr(interpreter, "InterpretedFunction")):
+        return  # another Triton than the pinned 3.9: leave its interpreter as it is
     original_call = interpreter.GridExecutor.__call__
     original_helper_call = interpreter.InterpretedFunction.__call__
 
