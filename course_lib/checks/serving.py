@@ -23,6 +23,7 @@ from course_lib.checks import (
     make,
     register_reference_names,
     require_own_implementation,
+    student_url,
 )
 from course_lib.checks.fixtures import recorded_check, reference
 
@@ -231,7 +232,8 @@ def check_open_loop(open_loop, gap_s: float = 0.15, num_requests: int = 8, servi
     scripted = ScriptedServer(num_tokens=num_tokens, first_delay_s=0.1, gap_s=(service_s - 0.1) / (num_tokens - 1))
     runner = make(loadtest.BlockingRunner, open_loop)
     with scripted as server:
-        records = call_student(runner, "open_loop (run to completion)", server.url, schedule, show_args=False)
+        records = call_student(runner, "open_loop (run to completion)", student_url(server.url), schedule,
+                               show_args=False)
     arrivals = sorted(scripted.arrivals)
     expect_equal(len(arrivals), num_requests, "requests the server received",
                  hint="send every request of the schedule exactly once.")
