@@ -86,6 +86,7 @@ def check_backend_serves_smollm2(student_backend: Any, prompts: list[str], max_t
     tokens as the torch backend for every prompt (plain text, kept short: the kernels run under the
     interpreter on a CPU), calling the backend's ``decode`` and ``store``."""
     from course_lib.engine import LLMEngine
+    from course_lib.model import load_smollm2
     from course_lib.sampling import SamplingParams
 
     for method in ("decode", "store"):
@@ -96,7 +97,7 @@ def check_backend_serves_smollm2(student_backend: Any, prompts: list[str], max_t
     require_own_implementation(type(student_backend) if not is_remote(student_backend) else student_backend,
                                "the backend")
     prompts = list(prompts)
-    model, tokenizer = smollm2()
+    _, tokenizer = smollm2()
     longest = max(len(tokenizer.encode(prompt)) for prompt in prompts) + max_tokens
     num_blocks = len(prompts) * -(-longest // block_size) + 2
     counting = None if is_remote(student_backend) else _CountingBackend(student_backend)
@@ -104,7 +105,10 @@ def check_backend_serves_smollm2(student_backend: Any, prompts: list[str], max_t
     settings = _engine_settings(block_size, max_num_seqs, num_blocks)
     setup = (f"{len(prompts)} prompts of up to {longest - max_tokens} tokens, max_tokens={max_tokens}, "
              f"block_size={block_size}, max_num_seqs={max_num_seqs}")
-    engine = make(LLMEngine, model, tokenizer, attention_backend=backend, **settings)
+    # The engine runs next to the student's backend, on a model built there (when grading: the
+    # student's kernel loads its own SmolLM2; what the check compares is only the tokens it returns).
+    model, kernel_tokenizer = make(load_smollm2) if is_remote(student_backend) else smollm2()
+    engine = make(LLMEngine, model, kernel_tokenizer, attention_backend=backend, **settings)
     greedy = SamplingParams(temperature=0.0, max_tokens=max_tokens)
     with torch.inference_mode():
         outputs = call_kernel(engine.generate, f"LLMEngine(..., attention_backend=your backend).generate ({setup})",

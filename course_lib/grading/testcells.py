@@ -63,20 +63,27 @@ def free_names(tree: ast.AST) -> list[str]:
     return list(seen)
 
 
-class _Output:
-    """One ordered text stream for the cell: the grader's prints and the student's relayed ones."""
+class _Output(io.StringIO):
+    """One ordered text stream for the cell: the grader's prints and the student's relayed ones.
+
+    It stands in for sys.stdout and sys.stderr, so it answers what libraries ask a stream (uvicorn's
+    logging asks ``isatty()``; a check's server may log from another thread).
+    """
 
     def __init__(self) -> None:
-        self.buffer = io.StringIO()
+        super().__init__()
+        self._lock = threading.Lock()
 
     def write(self, text: str) -> int:
-        return self.buffer.write(text)
+        with self._lock:
+            return super().write(text)
 
-    def flush(self) -> None:
-        pass
+    def isatty(self) -> bool:
+        return False
 
     def text(self) -> str:
-        return self.buffer.getvalue()
+        with self._lock:
+            return self.getvalue()
 
 
 @contextlib.contextmanager
