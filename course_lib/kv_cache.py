@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from course_lib.attention import sdpa_attention
+from course_lib.exercises import exercise
 
 if TYPE_CHECKING:
     from course_lib.model import ModelConfig
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["KVCache", "kv_cache_bytes", "kv_cache_bytes_per_token"]
 
 
+@exercise("lab01-text-to-tensors", "03_kv_cache", "kv_cache_bytes_per_token")
 def kv_cache_bytes_per_token(config: ModelConfig, dtype: torch.dtype = torch.float16) -> int:
     """Bytes one token's keys and values take across all layers.
 
@@ -37,6 +39,7 @@ def kv_cache_bytes_per_token(config: ModelConfig, dtype: torch.dtype = torch.flo
     return 2 * config.num_layers * config.num_kv_heads * config.head_dim * element_size
 
 
+@exercise("lab01-text-to-tensors", "03_kv_cache", "kv_cache_bytes")
 def kv_cache_bytes(config: ModelConfig, seq_len: int, batch_size: int = 1, dtype: torch.dtype = torch.float16) -> int:
     """Bytes of keys and values for ``batch_size`` sequences of ``seq_len`` tokens each.
 

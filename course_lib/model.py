@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from course_lib.attention import AttentionContext, UncachedAttention
+from course_lib.exercises import exercise
 from course_lib.gguf_file import ModelFileMissing, gguf_path, open_gguf, read_field, read_tokenizer_metadata
 from course_lib.kv_cache import KVCache
 
@@ -502,6 +503,7 @@ def load_smollm2(
 # --------------------------------------------------------------------------------------------
 
 
+@exercise("lab02-prefill-vs-decode", "03_decode", "generate")
 def greedy_generate(
     model: LlamaModel, prompt_ids: Sequence[int], max_new_tokens: int, *, use_cache: bool = True
 ) -> list[int]:

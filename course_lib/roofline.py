@@ -32,6 +32,8 @@ from typing import Protocol
 
 import torch
 
+from course_lib.exercises import exercise
+
 __all__ = [
     "A100_SXM",
     "H100_SXM",
@@ -111,6 +113,7 @@ def _require_positive(name: str, value) -> None:
         raise ValueError(f"{name} must be a number > 0, got {value!r}")
 
 
+@exercise("lab02-prefill-vs-decode", "02_prefill", "linear_cost")
 def linear_cost(num_tokens: int, in_features: int, out_features: int, bytes_per_element: float) -> Cost:
     """One linear layer ``y = x @ W^T`` over ``num_tokens`` tokens.
 
@@ -127,6 +130,7 @@ def linear_cost(num_tokens: int, in_features: int, out_features: int, bytes_per_
     return Cost(float(flops), float(elements * bytes_per_element))
 
 
+@exercise("lab02-prefill-vs-decode", "02_prefill", "attention_cost")
 def attention_cost(
     q_len: int,
     kv_len: int,
@@ -171,6 +175,7 @@ class _ModelSizes(Protocol):
     intermediate_size: int
 
 
+@exercise("lab02-prefill-vs-decode", "03_decode", "decode_step_cost")
 def forward_cost(
     config: _ModelSizes, num_seqs: int, q_len: int, kv_len: int, bytes_per_element: float
 ) -> Cost:

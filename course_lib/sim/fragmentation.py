@@ -38,6 +38,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from course_lib.exercises import exercise
 from course_lib.paged import BlockAllocator
 
 __all__ = [
@@ -172,6 +173,7 @@ def first_fit(holes: Sequence[tuple[int, int]], size: int) -> int | None:
     return None
 
 
+@exercise("lab01-text-to-tensors", "03_kv_cache", "waste_breakdown")
 def waste_breakdown(reservations: Sequence[Reservation], pool_slots: int, request_slots: int) -> dict[str, int]:
     """Count every slot of a contiguous pool by what it is doing.
 
