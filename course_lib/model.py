@@ -144,6 +144,7 @@ class ModelConfig:
             eos_token_id=tokenizer.eos_token_id,
         )
 
+    @exercise("lab01-text-to-tensors", "03_kv_cache", "kv_cache_bytes_per_token")
     def kv_bytes_per_token(self, dtype: torch.dtype = torch.float32) -> int:
         """Bytes of KV cache one token needs: 2 (K and V) x layers x kv_heads x head_dim x element size."""
         element_size = torch.empty((), dtype=dtype).element_size()

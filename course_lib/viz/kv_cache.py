@@ -102,24 +102,27 @@ def contiguous_pool(reservations: Sequence[Reservation], pool_slots: int, reques
     for start, length in free_holes(reservations, pool_slots):
         kind = "external" if length < request_slots else "free"
         axes.barh(0, length, left=start, color=WASTE_COLOURS[kind], height=0.8, hatch="//" if kind == "external" else None)
-    counts = waste_breakdown(reservations, pool_slots, request_slots)
+    used = sum(r.num_tokens for r in reservations)
     axes.set(xlim=(0, pool_slots), yticks=[], xlabel="slot (one token's K and V in every layer)",
-             title=title or f"Contiguous pool of {pool_slots} slots: {counts['used']} hold a token "
-                            f"({counts['used'] / pool_slots:.0%})")
+             title=title or f"Contiguous pool of {pool_slots} slots: {used} hold a token ({used / pool_slots:.0%})")
     figure.legend(handles=[Patch(facecolor=WASTE_COLOURS[k], edgecolor="#bdbdbd", label=WASTE_LABELS[k],
                                  hatch="//" if k == "external" else None) for k in WASTE_KINDS],
                   loc="outside lower center", ncol=3, fontsize=8, frameon=False)
     return figure
 
 
-def waste_over_time(trace: SimTrace) -> Figure:
-    """Stacked shares of the pool per step of a contiguous simulation, and the time-averaged totals."""
+def waste_over_time(trace: SimTrace, breakdown=None) -> Figure:
+    """Stacked shares of the pool per step of a contiguous simulation, and the time-averaged totals.
+
+    breakdown: counts one state (``waste_breakdown``'s signature); pass yours from the exercise.
+    """
+    breakdown = breakdown or waste_breakdown
     if trace.kind != "contiguous":
         raise ValueError(f"waste_over_time needs a contiguous trace, got a {trace.kind!r} one")
     steps = [snapshot.step for snapshot in trace.snapshots]
     shares = {kind: [] for kind in WASTE_KINDS}
     for snapshot in trace.snapshots:
-        counts = waste_breakdown(snapshot.reservations, trace.pool_slots, snapshot.next_request_slots or 1)
+        counts = dict(breakdown(list(snapshot.reservations), trace.pool_slots, snapshot.next_request_slots or 1))
         counts["free"] -= counts["external"]  # stack usable free and external separately
         for kind in WASTE_KINDS:
             shares[kind].append(counts[kind] / trace.pool_slots)
@@ -127,7 +130,7 @@ def waste_over_time(trace: SimTrace) -> Figure:
     axes = figure.subplots()
     axes.stackplot(steps, *[shares[kind] for kind in WASTE_KINDS], colors=[WASTE_COLOURS[k] for k in WASTE_KINDS],
                    labels=[WASTE_LABELS[k] for k in WASTE_KINDS])
-    summary = summarize_waste(trace)
+    summary = summarize_waste(trace, breakdown)
     held = summary["used"] + summary["reserved_unused"] + summary["internal"]
     axes.set(xlabel="step (one decode iteration)", ylabel="share of the pool", ylim=(0, 1), xlim=(0, steps[-1]),
              title=f"Contiguous reservation: on average {summary['used'] / held:.0%} of the reserved slots hold a token")
