@@ -46,6 +46,7 @@ __all__ = [
     "activation_numbers_per_token",
     "bytes_per_element",
     "count_parameters",
+    "embedding_bytes",
     "fits_on",
     "inference_memory",
     "kv_cache_memory",
@@ -101,6 +102,12 @@ def bytes_per_element(precision: str) -> float:
     if precision not in BYTES_PER_ELEMENT:
         raise ValueError(f"precision must be one of {sorted(BYTES_PER_ELEMENT)}, got {precision!r}")
     return BYTES_PER_ELEMENT[precision]
+
+
+@exercise(LAB, "01_tokenization", "embedding_bytes")
+def embedding_bytes(vocab_size: int, d_model: int, bytes_per_element: float) -> float:
+    """Bytes of a ``[vocab_size, d_model]`` embedding table: vocab_size * d_model * bytes_per_element."""
+    return vocab_size * d_model * bytes_per_element
 
 
 @exercise(LAB, "02_training_vs_inference", "tensor_shapes")

@@ -216,6 +216,29 @@ def forward_cost(
     return Cost(layer.flops * config.num_layers, layer.bytes * config.num_layers) + lm_head
 
 
+@exercise("lab02-prefill-vs-decode", "01_autoregression", "generation_flops")
+def generation_flops(config: _ModelSizes, num_parameters: int, prompt_len: int, new_tokens: int,
+                     use_cache: bool) -> int:
+    """FLOPs to generate ``new_tokens`` tokens after a ``prompt_len``-token prompt, pass by pass.
+
+    Pass k (k = 1..new_tokens) works on a sequence of n = prompt_len + k - 1 tokens. A whole-sequence
+    pass (every pass without a cache, the first one with it) costs 2 * N * n for the weights plus
+    4 * L * H * d * n * (n + 1) / 2 for causal attention; a cached decode pass costs 2 * N plus
+    4 * L * H * d * n (one new token attending over n keys, itself included).
+    """
+    _require_int("prompt_len", prompt_len, 1)
+    _require_int("new_tokens", new_tokens, 0)
+    per_key = 4 * config.num_layers * config.num_q_heads * config.head_dim
+    total = 0
+    for step in range(1, new_tokens + 1):
+        seq_len = prompt_len + step - 1
+        if use_cache and step > 1:
+            total += 2 * num_parameters + per_key * seq_len
+        else:
+            total += 2 * num_parameters * seq_len + per_key * seq_len * (seq_len + 1) // 2
+    return total
+
+
 def attainable_flops(intensity: float, machine: Machine) -> float:
     """The roofline: min(peak FLOP/s, intensity * bandwidth) in FLOP/s for ``intensity`` FLOP/byte."""
     _require_positive("intensity", intensity)

@@ -53,6 +53,7 @@ __all__ = [
     "SchedulerOutput",
     "SchedulerProtocol",
     "build_batch",
+    "is_legal_transition",
 ]
 
 LAB01 = "lab01-text-to-tensors"
@@ -85,12 +86,21 @@ _FINISH_REASON = {
     RequestStatus.FINISHED_LENGTH: "length",
     RequestStatus.FINISHED_ABORTED: "abort",
 }
-# The state machine: every other move is a bug in the scheduler and raises.
-_LEGAL_TRANSITIONS = {
-    RequestStatus.WAITING: {RequestStatus.RUNNING, RequestStatus.FINISHED_ABORTED},
-    RequestStatus.RUNNING: {RequestStatus.PREEMPTED} | _FINISHED,
-    RequestStatus.PREEMPTED: {RequestStatus.RUNNING, RequestStatus.FINISHED_ABORTED},
-}
+@exercise(LAB01, "05_pipeline", "move")
+def is_legal_transition(old: RequestStatus, new: RequestStatus) -> bool:
+    """Whether the state machine has an arrow from ``old`` to ``new``; every other move is a scheduler bug.
+
+    WAITING -> RUNNING or FINISHED_ABORTED; RUNNING -> PREEMPTED or any finished state; PREEMPTED ->
+    RUNNING or FINISHED_ABORTED. Finished states never move again.
+    """
+    finished = {RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH, RequestStatus.FINISHED_ABORTED}
+    legal = {
+        RequestStatus.WAITING: {RequestStatus.RUNNING, RequestStatus.FINISHED_ABORTED},
+        RequestStatus.RUNNING: {RequestStatus.PREEMPTED} | finished,
+        RequestStatus.PREEMPTED: {RequestStatus.RUNNING, RequestStatus.FINISHED_ABORTED},
+    }
+    return new in legal.get(old, set())
+
 
 @dataclass(eq=False)
 class Request:
@@ -147,7 +157,7 @@ class Request:
     @exercise(LAB01, "05_pipeline", "move")
     def set_status(self, new_status: RequestStatus) -> None:
         """Move along the state machine; an illegal move (say FINISHED -> RUNNING) raises."""
-        if new_status not in _LEGAL_TRANSITIONS.get(self.status, set()):
+        if not is_legal_transition(self.status, new_status):
             raise ValueError(f"request {self.request_id!r}: illegal transition {self.status.name} -> {new_status.name}")
         self.status = new_status
 

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from course_lib.checks import CheckFailed, fail, make, short_repr
 
-__all__ = ["expect_raises", "lend_config"]
+__all__ = ["CountingModel", "expect_raises", "lend_config"]
 
 
 def expect_raises(function: Callable, call: str, error_type: type[BaseException], /, *args: Any,
@@ -50,3 +50,30 @@ def lend_config(config: Any) -> Any:
     from course_lib.model import ModelConfig
 
     return make(ModelConfig, **{field.name: getattr(config, field.name) for field in fields(ModelConfig)})
+
+
+class CountingModel:
+    """A model wrapper that counts, on the check's side, the positions each forward call runs.
+
+    Hand it to an engine that runs on the check's side (``LLMEngine(CountingModel(model), ...)``):
+    ``positions_per_call`` then says what the model really computed in each step, whatever the
+    student's parts claim. Everything else (``config``, ``parameters()``, ``dtype``) is the model's.
+    """
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+        self.positions_per_call: list[int] = []
+
+    def __call__(self, input_ids, positions=None, attention=None, logits_indices=None):
+        self.positions_per_call.append(int(input_ids.numel()))
+        return self._model(input_ids, positions, attention=attention, logits_indices=logits_indices)
+
+    forward = __call__
+
+    @property
+    def num_positions(self) -> int:
+        """Positions run through the model so far, all calls together."""
+        return sum(self.positions_per_call)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)

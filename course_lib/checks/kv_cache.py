@@ -32,7 +32,7 @@ from course_lib.checks import (
 )
 from course_lib.checks._shared import expect_raises
 from course_lib.checks.fixtures import recorded_check, reference
-from course_lib.kv_cache import KVCache, kv_cache_bytes, kv_cache_bytes_per_token
+from course_lib.kv_cache import KVCache, kv_cache_bytes, kv_cache_bytes_per_token, tokens_through_model
 from course_lib.model import ModelConfig
 from course_lib.paged import PagedKVCache
 from course_lib.sim.fragmentation import (
@@ -64,6 +64,7 @@ register_reference_names("kv_cache_bytes", "kv_cache_bytes_per_token", "waste_br
 _reference_kv_cache_bytes_per_token = reference(kv_cache_bytes_per_token)
 _reference_kv_cache_bytes = reference(kv_cache_bytes)
 _reference_waste_breakdown = reference(waste_breakdown)
+_reference_tokens_through_model = reference(tokens_through_model)
 
 ReservationLike = Reservation | tuple[int, int, int, int, int]
 
@@ -218,21 +219,13 @@ def check_matches_real_allocations(student_fn: Callable, seq_len: int, dtype: to
 # ---------------------------------------------------------------------------------------------
 
 
-def _tokens_run(prompt_len: int, num_new_tokens: int, use_cache: bool) -> int:
-    """Tokens fed through the model to generate ``num_new_tokens`` tokens, summed step by step."""
-    if use_cache:
-        # The prompt once, then each new token except the last goes back in as the next input.
-        return prompt_len + (num_new_tokens - 1)
-    return sum(prompt_len + step for step in range(num_new_tokens))
-
-
 @recorded_check
 def check_tokens_through_model(student_fn: Callable, prompt_len: int, num_new_tokens: int) -> None:
     """``student_fn(prompt_len, num_new_tokens, use_cache)`` for both values of use_cache."""
     require_own_implementation(student_fn, "tokens_through_model")
     for use_cache in (True, False):
-        expected = _tokens_run(prompt_len, num_new_tokens, use_cache)
         got = call_student(student_fn, "tokens_through_model", prompt_len, num_new_tokens, use_cache)
+        expected = _reference_tokens_through_model(prompt_len, num_new_tokens, use_cache)
         if got == expected and not isinstance(got, bool):
             continue
         if use_cache:

@@ -38,7 +38,7 @@ from course_lib.checks import (
 )
 from course_lib.checks.fixtures import recorded_check, reference
 from course_lib.paged import BlockAllocator, OutOfBlocksError
-from course_lib.scheduler import Request, RequestStatus, SchedulerConfig
+from course_lib.scheduler import Request, RequestStatus, SchedulerConfig, is_legal_transition
 from course_lib.scheduler import Scheduler as ReferenceScheduler
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
 register_reference_names("BlockAllocator", "Scheduler", "set_status", "stop_status")
 
 ReferenceAllocator = reference(BlockAllocator)
+_reference_is_legal = reference(is_legal_transition)
 
 # What a scheduler may call on the allocator it is given (the methods of AllocatorProtocol).
 _ALLOCATOR_METHODS = ("blocks_needed", "can_allocate", "allocate", "can_append", "append_slot", "mark_computed",
@@ -68,14 +69,6 @@ _SCHEDULER_MEMBERS = ("add", "schedule", "update", "finish_request", "has_unfini
 
 EOS = 0
 """The end-of-sequence id of the fake requests the scheduler checks make."""
-
-_FINISHED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH, RequestStatus.FINISHED_ABORTED)
-_LEGAL = {
-    RequestStatus.WAITING: {RequestStatus.RUNNING, RequestStatus.FINISHED_ABORTED},
-    RequestStatus.RUNNING: {RequestStatus.PREEMPTED, *_FINISHED},
-    RequestStatus.PREEMPTED: {RequestStatus.RUNNING, RequestStatus.FINISHED_ABORTED},
-}
-
 
 @dataclass(frozen=True)
 class FakeParams:
@@ -147,7 +140,7 @@ def check_move(move: Callable, old: RequestStatus, new: RequestStatus) -> None:
 
 def _check_one_move(move: Callable, old: RequestStatus, new: RequestStatus) -> None:
     raised, after, other = _try_move(move, old, new)
-    legal = new in _LEGAL.get(old, set())
+    legal = _reference_is_legal(old, new)
     where = f"move(request, {new.name}) on a request in state {old.name}"
     if other is not None:
         fail(f"{where} raised {type(other).__name__}: {other}", expected="ValueError for an illegal move",

@@ -81,6 +81,7 @@ _reference_build_vocab = reference(build_vocab)
 _reference_encode = reference(encode_with_merges)
 _reference_decode = reference(decode_with_merges)
 _reference_bytes_per_element = reference(memory.bytes_per_element)
+_reference_embedding_bytes = reference(memory.embedding_bytes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -491,7 +492,7 @@ def check_embedding_bytes(student_embedding_bytes: Callable, vocab_size: int, d_
     """``student_embedding_bytes(vocab_size, d_model, bytes_per_element)`` = their product."""
     require_own_implementation(student_embedding_bytes, "embedding_bytes")
     got = call_student(student_embedding_bytes, "embedding_bytes", vocab_size, d_model, bytes_per_element)
-    expected = vocab_size * d_model * bytes_per_element
+    expected = _reference_embedding_bytes(vocab_size, d_model, bytes_per_element)
     try:
         ok = math.isclose(float(got), expected, rel_tol=1e-9)
     except (TypeError, ValueError):
