@@ -581,6 +581,28 @@ class BPETokenizer:
         """``{(left id, right id): merged id}`` in rank order (a copy)."""
         return dict(self._merges)
 
+    def byte_level_merges(self) -> tuple[dict[Pair, int], list[int]]:
+        """This tokenizer's merges numbered the way ``train_bpe`` numbers them, and the way back.
+
+        Returns ``(merges, own_ids)``: ``merges`` is ``{(left, right): new id}`` where ids 0..255 are
+        byte values and merge k (in rank order) creates id 256 + k, so any BPE code written for
+        ``train_bpe``'s merges can encode with this tokenizer's. ``own_ids[i]`` is this tokenizer's
+        id for that id i (-1 for a byte value with no token of its own). A prefix of the merges,
+        ``dict(list(merges.items())[:k])``, is the smaller vocabulary of 256 + k ids that the same
+        training would have stopped at.
+        """
+        own_ids = [self._byte_to_id.get(byte, -1) for byte in range(NUM_BYTE_VALUES)]
+        course_id = {own: byte for byte, own in enumerate(own_ids) if own >= 0}
+        merges: dict[Pair, int] = {}
+        for (left, right), merged in self._merges.items():
+            if left not in course_id or right not in course_id:
+                continue  # a merge of tokens this numbering cannot reach (none in SmolLM2's file)
+            new_id = NUM_BYTE_VALUES + len(merges)
+            merges[(course_id[left], course_id[right])] = new_id
+            course_id[merged] = new_id
+            own_ids.append(merged)
+        return merges, own_ids
+
     @property
     def special_tokens(self) -> dict[str, int]:
         """``{text: id}`` of the special tokens (a copy)."""

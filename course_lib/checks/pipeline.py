@@ -577,6 +577,26 @@ def _scenario_preemption(h: _Harness) -> None:
     h.expect_status("d", RequestStatus.WAITING, "d arrived after c: first come, first served.")
 
 
+def _scenario_preempts_itself(h: _Harness) -> None:
+    h.add(make_request("a", 6))   # 2 blocks, room left in the second
+    h.add(make_request("b", 4))   # 1 block, full: its next token needs a new one
+    output = h.schedule([("a", 0, 6, True), ("b", 0, 4, True)], _HINT_FIT)
+    h.update(output, [10, 11], [], "nothing stops yet.")
+    # a's 7th token fits its block; b needs a block, none is free, and b is the newest: it preempts itself.
+    output = h.schedule([("a", 6, 1, True)],
+                        "when the request that needs a block is itself the newest running request, it is the one "
+                        "preempted: it does not decode in this step.")
+    h.expect_status("b", RequestStatus.PREEMPTED, "b preempted itself: RUNNING -> PREEMPTED.")
+    preempted = _preempted_ids(output)
+    h.expect(preempted == ["b"], f"output.preempted should be ['b'], got {preempted}",
+             "append each preempted request to output.preempted.")
+    h.expect_free_blocks(1, "b's block went back to the pool.")
+    h.update(output, [12], [], "nothing stops yet.")
+    # b would need 2 blocks for its 5 tokens; 1 is free: it waits (in front of the queue).
+    h.schedule([("a", 7, 1, True)], "a preempted request is admitted again only when its blocks fit. " + _HINT_FIT)
+    h.expect_status("b", RequestStatus.PREEMPTED, "b waits for room in state PREEMPTED.")
+
+
 @dataclass(frozen=True)
 class _Scenario:
     run: Callable[[_Harness], None]
@@ -595,6 +615,7 @@ SCHEDULER_SCENARIOS = {
     "finish_frees_blocks": _Scenario(_scenario_finish_frees_blocks, num_blocks=3),
     "stop_conditions": _Scenario(_scenario_stop_conditions, num_blocks=20, max_num_seqs=5, max_model_len=10),
     "preemption": _Scenario(_scenario_preemption, num_blocks=4, max_num_seqs=3),
+    "preempts_itself": _Scenario(_scenario_preempts_itself, num_blocks=3),
 }
 """Hand-made situations for ``check_scheduler_scenario``, each with its right answer written out."""
 

@@ -14,7 +14,7 @@ from matplotlib.patches import Patch
 
 from course_lib.sim.fragmentation import WASTE_KINDS, Reservation, SimTrace, free_holes, summarize_waste, waste_breakdown
 
-__all__ = ["WASTE_COLOURS", "cache_vs_recompute", "contiguous_pool", "kv_cache_growth", "waste_over_time"]
+__all__ = ["WASTE_COLOURS", "cache_vs_recompute", "contiguous_explorer", "contiguous_pool", "kv_cache_growth", "waste_over_time"]
 
 GIB = 2**30
 
@@ -136,3 +136,29 @@ def waste_over_time(trace: SimTrace, breakdown=None) -> Figure:
              title=f"Contiguous reservation: on average {summary['used'] / held:.0%} of the reserved slots hold a token")
     axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     return figure
+
+
+def contiguous_explorer(trace: SimTrace, breakdown=None):
+    """A slider over the steps of a contiguous simulation: the pool, slot by slot, at that step.
+
+    breakdown: counts one state (``waste_breakdown``'s signature); pass yours from the exercise.
+    """
+    from course_lib.viz.widgets import FigureExplorer, int_slider
+
+    if trace.kind != "contiguous":
+        raise ValueError(f"contiguous_explorer needs a contiguous trace, got a {trace.kind!r} one")
+    breakdown = breakdown or waste_breakdown
+
+    def draw(step: int) -> Figure:
+        snapshot = trace.snapshots[step]
+        request_slots = snapshot.next_request_slots or 1
+        counts = breakdown(list(snapshot.reservations), trace.pool_slots, request_slots)
+        waiting = (f", the next request needs {snapshot.next_request_slots} in one piece"
+                   if snapshot.next_request_slots else ", nobody waits")
+        return contiguous_pool(snapshot.reservations, trace.pool_slots, request_slots, title=(
+            f"step {snapshot.step}: {counts['used']} of {trace.pool_slots} slots hold a token, "
+            f"{counts['external']} free but useless{waiting}"))
+
+    busiest = max(range(len(trace.snapshots)), key=lambda index: len(trace.snapshots[index].reservations))
+    return FigureExplorer(draw, {"step": int_slider("step", 0, len(trace.snapshots) - 1, busiest)},
+                          name="contiguous pool explorer")
