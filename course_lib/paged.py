@@ -371,7 +371,8 @@ class BlockAllocator:
         num_full_blocks = min(num_computed_tokens, len(token_ids)) // self.block_size
         if num_full_blocks <= len(hashes):
             return
-        new_hashes = self._checked_hashes(list(token_ids[: num_full_blocks * self.block_size]), num_full_blocks)
+        # The computed tokens, the last block possibly partial: only its full blocks get hashes.
+        new_hashes = self._checked_hashes(list(token_ids[: min(num_computed_tokens, len(token_ids))]))
         for index in range(len(hashes), num_full_blocks):
             block_hash = new_hashes[index]
             hashes.append(block_hash)
@@ -427,7 +428,7 @@ class BlockAllocator:
         num_blocks = num_cached // self.block_size
         if num_blocks == 0:
             return []
-        hashes = self._checked_hashes(token_ids[: num_blocks * self.block_size], num_blocks)
+        hashes = self._checked_hashes(token_ids)[:num_blocks]
         missing = [index for index, block_hash in enumerate(hashes) if block_hash not in self._block_of_hash]
         if missing:
             raise ValueError(
@@ -436,9 +437,10 @@ class BlockAllocator:
             )
         return [self._block_of_hash[block_hash] for block_hash in hashes]
 
-    def _checked_hashes(self, token_ids: list[int], num_blocks: int) -> list[Hashable]:
+    def _checked_hashes(self, token_ids: list[int]) -> list[Hashable]:
         """``hash_blocks(token_ids, block_size)``, checked: one hashable value per full block."""
         hashes = list(self._hash_blocks(token_ids, self.block_size))
+        num_blocks = len(token_ids) // self.block_size
         if len(hashes) != num_blocks:
             raise ValueError(f"hash_blocks returned {len(hashes)} hashes for {len(token_ids)} tokens in blocks of "
                              f"{self.block_size}; it must return one per full block ({num_blocks})")

@@ -66,6 +66,7 @@ __all__ = [
     "random_traces",
     "random_workload",
     "reference_metrics",
+    "simulated_traces",
 ]
 
 register_reference_names(
@@ -554,3 +555,11 @@ def check_compute_metrics_on_engine(student_compute_metrics: Callable, max_num_s
     """``compute_metrics`` on the traces of a real engine run (made here, on the reference engine)."""
     require_own_implementation(student_compute_metrics, "compute_metrics")
     _check_compute_metrics(student_compute_metrics, engine_traces(max_num_seqs, num_requests))
+
+
+def simulated_traces(seed: int, policy: str = "continuous", max_batch_size: int = 4,
+                     num_requests: int = 30) -> list[tuple[int, float, int, list[float]]]:
+    """Trace tuples of a simulated run of ``random_workload(seed)`` under a reference policy."""
+    run = simulate(_workload(random_workload(seed, num_requests)), REFERENCE_POLICIES[_policy_name(policy)],
+                   max_batch_size=max_batch_size)
+    return [_trace_spec(trace) for trace in run.traces]

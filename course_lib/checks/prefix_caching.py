@@ -201,11 +201,14 @@ def serve_shared_prompt(model, tokenizer, prompts: Sequence[Sequence[int]], *, b
             "ttft_s": [ttft_s[request_id] for request_id in added_at]}
 
 
-def _users(seed: int, shared_tokens: int, own_lengths: Sequence[int], vocab_size: int) -> list[list[int]]:
+def _users(seed: int, shared_tokens: int, own_lengths: Sequence[int], vocab_size: int,
+           block_size: int) -> list[list[int]]:
+    """Prompts that share a prefix, then the prefix's full blocks alone: a prompt entirely cached."""
     rng = random.Random(seed)
     prefix = [rng.randrange(1, vocab_size) for _ in range(shared_tokens)]
     users = [prefix + [rng.randrange(1, vocab_size) for _ in range(own)] for own in own_lengths]
-    return users + [list(users[0])]  # the first user asks again: its whole prompt is cached
+    whole_blocks = prefix[: len(prefix) // block_size * block_size]
+    return users + ([whole_blocks] if whole_blocks else [])
 
 
 def _engine_model(model: str):
@@ -236,8 +239,8 @@ def check_prefix_cache_in_engine(student_hash_blocks: Callable, student_longest_
                                  block_size: int = 8, seed: int = 0) -> None:
     """The student's ``hash_blocks`` and ``longest_cached_prefix`` run the engine's prefix cache.
 
-    Users share a ``shared_tokens``-token system prompt; the first comes alone, then the others and
-    the first again. The tokens must equal those of a run without caching; the positions the model
+    Users share a ``shared_tokens``-token system prompt; the first comes alone, then the others, and
+    last a prompt made of the prefix's full blocks only (cached whole: the last token must still run). The tokens must equal those of a run without caching; the positions the model
     computed, the cached tokens and the peak of blocks held must equal the reference functions'.
     """
     import torch
@@ -245,9 +248,9 @@ def check_prefix_cache_in_engine(student_hash_blocks: Callable, student_longest_
     require_own_implementation(student_hash_blocks, "hash_blocks")
     require_own_implementation(student_longest_cached_prefix, "longest_cached_prefix")
     engine_model, tokenizer = _engine_model(model)
-    prompts = _users(seed, shared_tokens, list(own_lengths), engine_model.config.vocab_size)
+    prompts = _users(seed, shared_tokens, list(own_lengths), engine_model.config.vocab_size, block_size)
     setup = (f"{len(prompts)} prompts sharing a {shared_tokens}-token prefix (own tokens {list(own_lengths)}, then "
-             f"the first prompt again), blocks of {block_size}, model {model}")
+             f"the prefix's full blocks alone), blocks of {block_size}, model {model}")
     with one_thread(), torch.inference_mode():
         try:
             got = serve_shared_prompt(engine_model, tokenizer, prompts, block_size=block_size,

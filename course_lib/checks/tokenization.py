@@ -377,17 +377,25 @@ def check_build_vocab(student_build_vocab: Callable, merges: dict[Pair, int] | N
 
 @recorded_check
 def check_decode(student_decode: Callable, ids: list[int] | None = None, merges: dict[Pair, int] | None = None, *,
-                 text: str | None = None, trained_on: tuple[str, int] | None = None) -> None:
+                 text: str | None = None, random_ids: tuple[int, int] | None = None,
+                 trained_on: tuple[str, int] | None = None) -> None:
     """``student_decode(ids, merges)`` must give the reference's text (U+FFFD for invalid UTF-8).
 
-    ids: the ids to decode, or ``text=`` to decode the reference's encoding of that text.
+    ids: the ids to decode; or ``text=`` to decode the reference's encoding of that text; or
+    ``random_ids=(seed, count)`` for ``count`` ids drawn from the whole vocabulary (often invalid UTF-8).
     merges: a dict, or ``trained_on=(training text, vocab_size)``.
     """
     require_own_implementation(student_decode, "decode")
     merges = _merges_for(merges, trained_on)
-    if (ids is None) == (text is None):
-        raise ValueError("pass exactly one of ids and text")
-    ids = list(ids) if ids is not None else reference_encode(text, merges)
+    if sum(given is not None for given in (ids, text, random_ids)) != 1:
+        raise ValueError("pass exactly one of ids, text and random_ids")
+    if text is not None:
+        ids = reference_encode(text, merges)
+    elif random_ids is not None:
+        seed, count = random_ids
+        rng = random.Random(seed)
+        ids = [rng.randrange(NUM_BYTE_VALUES + len(merges)) for _ in range(count)]
+    ids = list(ids)
     got = call_student(student_decode, "decode", list(ids), dict(merges))
     call = f"decode({short_repr(ids)}, merges)"
     if not isinstance(got, str):
