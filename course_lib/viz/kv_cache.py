@@ -87,7 +87,10 @@ def cache_vs_recompute(num_new_tokens: Sequence[int], seconds_with_cache: Sequen
 
 def contiguous_pool(reservations: Sequence[Reservation], pool_slots: int, request_slots: int,
                     *, title: str | None = None) -> Figure:
-    """The pool as one strip of slots, coloured by what each slot does (one reservation per box)."""
+    """The pool as one strip of slots, coloured by what each slot does (one reservation per box).
+
+    A reservation may also be a ``(request_id, start, size, num_tokens, final_len)`` tuple."""
+    reservations = [r if isinstance(r, Reservation) else Reservation(*r) for r in reservations]
     figure = Figure(figsize=(11, 2.8), layout="constrained")
     axes = figure.subplots()
     for r in reservations:
