@@ -33,14 +33,17 @@ $(STAMP):
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# Optional Debian packages: Chromium for the book's browser test. Skipped (the test then says
-# why) where there is no apt-get or no root.
+# Optional Debian packages: bubblewrap (the sandbox of graded student kernels; without it grading
+# falls back to unshare, or says it runs unsandboxed) and Chromium (the browser tests). Skipped,
+# with a note, where there is no apt-get or no root.
 system-packages:
-	@if command -v chromium >/dev/null 2>&1; then exit 0; fi; \
+	@missing=""; command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
-		|| echo "note: could not install chromium; the browser test will be skipped"; \
-	else echo "note: chromium not installed (needs root and apt-get); the browser test will be skipped"; fi
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) \
+		|| echo "note: could not install$$missing; grading sandbox / browser tests fall back or skip"; \
+	else echo "note:$$missing not installed (needs root and apt-get); grading sandbox / browser tests fall back or skip"; fi
 
 clean:
 	rm -rf $(VENV) grading book/_build

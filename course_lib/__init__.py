@@ -8,6 +8,8 @@ One module per concept (see shared/DESIGN.md):
 - ``paged`` (block allocator, prefix caching, paged KV storage), ``kernels.paged_attention`` (Triton)
 - ``sampling``, ``scheduler`` (continuous batching), ``model_runner`` (one flat batch over the
   paged cache), ``detokenizer`` (streaming text), ``engine`` (``LLMEngine``), ``metrics``
+- ``server`` (the OpenAI-compatible HTTP server, admission, routing, disaggregation), ``wire``
+  (latency from a streamed answer), ``loadtest`` (open-loop load), ``kv_transfer`` (shipping KV)
 - ``viz`` (figures for the book and the labs)
 
 and the course machinery: ``checks`` (what notebook test cells call), ``grading`` (release,

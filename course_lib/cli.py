@@ -15,12 +15,29 @@ import sys
 # Order shown in `course --help`: the instructor's pipeline first, then the engine, then docs.
 COMMANDS = {
     "release": "Generate the student release (labs/) from the solution notebooks (solutions/).",
+    "kit": "Build the student kit: the release notebooks and the student edition of course_lib.",
     "grade": "Autograde a folder of submissions and write grades, feedback and a report.",
     "solve": "Run the solution notebooks and fail, naming the cell, if a test cell fails.",
     "chat": "Chat with SmolLM2 in the terminal through the course's own engine.",
     "bench": "Run a benchmark (engine, kernel, bpe) and print its table.",
+    "serve": "Serve SmolLM2 over an OpenAI-compatible HTTP API (streaming, metrics, replicas behind a router).",
+    "loadtest": "Load-test a server on this machine: open-loop Poisson arrivals, latency percentiles, goodput.",
     "book": "Build the book site (book/_build/html), optionally serving it on localhost.",
 }
+
+
+# What a student's kit offers: the instructor's commands need solutions/ and the grader, which a
+# kit does not have.
+STUDENT_COMMANDS = ("chat", "bench")
+
+
+def available_commands() -> dict[str, str]:
+    """The commands of this edition of the library (all of them in the instructor's)."""
+    from course_lib.exercises import is_student_edition
+
+    if not is_student_edition():
+        return COMMANDS
+    return {name: help_line for name, help_line in COMMANDS.items() if name in STUDENT_COMMANDS}
 
 
 def _load(name: str):
@@ -35,7 +52,7 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
         epilog="Run `course COMMAND --help` for the options of one command.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, help_line in COMMANDS.items():
+    for name, help_line in available_commands().items():
         if selected is not None and name != selected:
             sub.add_parser(name, help=help_line)
             continue
@@ -54,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Import only the chosen command's module: the others may pull in heavy libraries.
     selected = next((a for a in argv if not a.startswith("-")), None)
-    if selected not in COMMANDS:
+    if selected not in available_commands():
         selected = None
     parser = build_parser(selected)
     args = parser.parse_args(argv)

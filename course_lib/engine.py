@@ -31,7 +31,7 @@ import torch
 
 from course_lib.detokenizer import IncrementalDetokenizer
 from course_lib.metrics import RequestMetrics
-from course_lib.model_runner import ATTENTION_BACKENDS, ModelRunner
+from course_lib.model_runner import AttentionBackend, ModelRunner, check_attention_backend
 from course_lib.paged import AllocatorProtocol, BlockAllocator, PagedKVCache
 from course_lib.sampling import SamplingParams, make_generator, sample
 from course_lib.scheduler import Request, RequestStatus, Scheduler, SchedulerConfig, SchedulerProtocol
@@ -96,7 +96,9 @@ class LLMEngine:
     max_num_seqs, max_num_batched_tokens, enable_chunked_prefill, policy: see ``SchedulerConfig``.
     enable_prefix_caching: reuse the KV of full blocks shared with earlier prompts.
     attention_backend: "torch" (SDPA), "naive", "flash" (the prefill attention of
-    ``course_lib.attention``) or "triton" (the paged-attention kernels, for a GPU).
+    ``course_lib.attention``), "triton" (the paged-attention kernels, for a GPU), or your own
+    kernels: an object with ``decode(q, k_cache, v_cache, block_tables, seq_lens, scale)`` and
+    optionally ``store(k, v, k_cache, v_cache, slot_mapping)`` (``course_lib.model_runner.AttentionBackend``).
     allocator / scheduler / sampler: replacements for the reference parts. A scheduler needs the
     allocator it was built with to be passed too, since the engine reads block tables from it;
     with an allocator given, block_size, num_blocks and enable_prefix_caching are the allocator's.
@@ -123,15 +125,14 @@ class LLMEngine:
         enable_prefix_caching: bool = True,
         enable_chunked_prefill: bool = True,
         policy: str = "fcfs",
-        attention_backend: str = "torch",
+        attention_backend: str | AttentionBackend = "torch",
         scheduler: SchedulerProtocol | None = None,
         allocator: AllocatorProtocol | None = None,
         sampler: Callable[..., torch.Tensor] | None = None,
         kv_cache_memory_bytes: int = DEFAULT_KV_CACHE_MEMORY_BYTES,
         max_model_len: int | None = None,
     ) -> None:
-        if attention_backend not in ATTENTION_BACKENDS:
-            raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {attention_backend!r}")
+        check_attention_backend(attention_backend)
         config = model.config
         self.model = model
         self.tokenizer = tokenizer

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -35,16 +36,41 @@ from course_lib.scheduler import ScheduledChunk
 
 __all__ = [
     "ATTENTION_BACKENDS",
+    "AttentionBackend",
     "PagedAttention",
     "PrefillSlice",
     "StepBatch",
     "build_step_batch",
     "ModelRunner",
     "attention_functions",
+    "check_attention_backend",
     "paged_decode_attention_torch",
 ]
 
 ATTENTION_BACKENDS = ("torch", "naive", "flash", "triton")
+"""The built-in backends by name; an object with ``decode`` (and optionally ``store``) is accepted too."""
+
+
+@runtime_checkable
+class AttentionBackend(Protocol):
+    """Your own decode attention (and, optionally, KV store) for ``LLMEngine(attention_backend=...)``.
+
+    ``decode(q, k_cache, v_cache, block_tables, seq_lens, scale) -> out`` is called once per layer
+    and decode group with the arguments of ``paged_decode_attention_torch`` (int32 block tables
+    padded with block 0, int32 seq_lens that count the new token, q possibly a strided view) and
+    must return ``[num_seqs, num_q_heads, head_dim]`` in q's dtype.
+
+    ``store(k, v, k_cache, v_cache, slot_mapping)``, if the backend has it, is called first in every
+    layer of every step with all the step's new keys and values (prefill tokens included; k and v
+    may be strided views) and must write them into the caches in place; its return value is
+    ignored. Without it the engine stores with ``PagedKVCache.store``. Prefill attention stays torch
+    SDPA (``course_lib.attention.sdpa_attention``).
+
+    A plain function is accepted as a backend too: it is used as ``decode``.
+    """
+
+    def decode(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, block_tables: Tensor, seq_lens: Tensor,
+               scale: float) -> Tensor: ...
 
 # Decode rows are attended in groups of this many sequences (sorted by length). Smaller groups pad
 # less but make more calls; 8 keeps both costs small for batches of a few dozen sequences.
@@ -248,17 +274,54 @@ class PagedAttention:
         return output
 
 
-def attention_functions(backend: str) -> tuple[Callable[..., Tensor], Callable[..., Tensor], Callable[..., None] | None]:
-    """(prefill attention, decode attention, store_kv or None) for one of ``ATTENTION_BACKENDS``.
+def check_attention_backend(backend) -> None:
+    """Raise a clear error unless ``backend`` is a name in ``ATTENTION_BACKENDS``, a decode function,
+    or an object with a callable ``decode`` (and, if it has one, a callable ``store``)."""
+    if isinstance(backend, str):
+        if backend not in ATTENTION_BACKENDS:
+            raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {backend!r}")
+        if backend == "triton":
+            from course_lib.exercises import is_locked, unlock_hint
+
+            if is_locked("lab03-kernels"):
+                raise ValueError(
+                    "attention_backend='triton' runs the course's kernels, which are your exercises in Lab 0.3: "
+                    "pass your own backend instead (an object with decode(...) and store(...)); "
+                    + unlock_hint("lab03-kernels")
+                )
+        return
+    decode = getattr(backend, "decode", None)
+    if decode is not None:
+        if not callable(decode):
+            raise TypeError(f"attention_backend.decode must be callable, got {type(decode).__name__}")
+        store = getattr(backend, "store", None)
+        if store is not None and not callable(store):
+            raise TypeError(f"attention_backend.store must be callable, got {type(store).__name__}")
+        return
+    if not callable(backend):
+        raise TypeError(
+            f"attention_backend must be one of {ATTENTION_BACKENDS}, a decode function, or an object with "
+            f"decode(q, k_cache, v_cache, block_tables, seq_lens, scale), got {type(backend).__name__}"
+        )
+
+
+def attention_functions(backend) -> tuple[Callable[..., Tensor], Callable[..., Tensor], Callable[..., None] | None]:
+    """(prefill attention, decode attention, store_kv or None) for a backend (see ``check_attention_backend``).
 
     "torch", "naive" and "flash" choose the prefill attention from ``course_lib.attention``; their
     decode rows use the vectorized torch paged decode. "triton" runs decode and the K/V store
-    through the Triton kernels of ``course_lib.kernels.paged_attention``.
+    through the Triton kernels of ``course_lib.kernels.paged_attention``. An ``AttentionBackend``
+    object (or a bare decode function) runs its own decode (and store, if it has one) with torch
+    SDPA for prefill: how a student's kernels serve the real model.
     """
     from course_lib import attention
 
-    if backend not in ATTENTION_BACKENDS:
-        raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {backend!r}")
+    check_attention_backend(backend)
+    if not isinstance(backend, str):
+        decode = getattr(backend, "decode", None)
+        if decode is None:
+            return attention.sdpa_attention, backend, None
+        return attention.sdpa_attention, decode, getattr(backend, "store", None)
     if backend == "triton":
         from course_lib.kernels import paged_attention as kernels
 
@@ -272,9 +335,10 @@ class ModelRunner:
 
     model: a ``LlamaModel`` (``forward(input_ids, positions, attention, logits_indices)``).
     kv_cache: the ``PagedKVCache`` the allocator's block ids index into.
+    attention_backend: a name in ``ATTENTION_BACKENDS`` or an ``AttentionBackend`` (see there).
     """
 
-    def __init__(self, model, kv_cache: PagedKVCache, attention_backend: str = "torch") -> None:
+    def __init__(self, model, kv_cache: PagedKVCache, attention_backend="torch") -> None:
         self.model = model
         self.kv_cache = kv_cache
         self.prefill_attention, self.decode_attention, self.store_kv = attention_functions(attention_backend)

@@ -1,9 +1,10 @@
 """A tiny lab and a set of hostile submissions for testing the grading rules quickly.
 
 The lab has two notebooks. ``ch1``: an answer ``add_one`` with a visible and a hidden test, a
-test that prints warnings to stderr while passing, an answer ``double`` and its test, and a
-GPU-only check. ``ch2``: one answer and one test. Every submission carries one problem a real
-class produces.
+test that prints warnings to stderr while passing, an answer ``double`` and its test (through
+``course_lib.checks.expect_equal``), and a GPU-only check. ``ch2``: one answer and one test.
+Every submission carries one problem a real class produces, or one attack a hostile student
+would try (``ATTACKS``): each must score exactly what its honest work earns.
 """
 
 from __future__ import annotations
@@ -50,13 +51,14 @@ def fixture_notebooks() -> dict[str, object]:
                 ### END SOLUTION
         '''),
         a.tests("test_double", 3, '''
-            assert double(2) == 4, "double(2) should be 4"
+            from course_lib.checks import expect_equal
+            expect_equal(double(2), 4, "double(2)")
         '''),
         a.tests("test_gpu", 1, '''
             from course_lib.checks import require_gpu
             require_gpu("the fixture's GPU check")
             assert double(3) == 6
-        '''),
+        ''', needs_gpu=True),
     ])
     ch2 = a.notebook([
         a.markdown("# Fixture chapter 2"),
@@ -96,6 +98,68 @@ STUDENTS = {
     "old-format": dict(mutation="nbformat3"),
 }
 
+# Attacks, each in an otherwise honest submission (see test_grading_rules for what each must not do).
+# Answer cells run in the student's kernel; the test cells run in the grader.
+PATCH_CHECKS = """
+import builtins, course_lib.checks as checks
+checks.expect_equal = lambda *args, **kwargs: None          # no-op the check the test cell calls
+checks.fail = lambda *args, **kwargs: None
+builtins.AssertionError = type("Harmless", (Exception,), {})
+def double(x):
+    raise NotImplementedError()
+"""
+FAKE_GPU = """
+class NeedsGPU(Exception):
+    pass
+def add_one(x):
+    raise NeedsGPU("skipped: needs a GPU")
+"""
+LYING_EQ = """
+class AlwaysEqual:
+    def __eq__(self, other):
+        return True
+    __hash__ = object.__hash__
+def add_one(x):
+    return AlwaysEqual()
+"""
+READ_SECRETS = """
+def add_one(x):
+    return x + 1
+import os, time
+found, started = [], time.time()
+for top in ["..", "/tmp", "/work", "/root", "/home", "/"]:
+    for folder, subfolders, files in os.walk(top):
+        subfolders[:] = [d for d in subfolders if d not in ("proc", "sys", "dev", "usr", ".venv", "lib")]
+        found += [os.path.join(folder, f) for f in files if f in ("gradebook.db", "ch1.ipynb", "nbgrader_config.py")]
+        if time.time() - started > 4:
+            break
+for path in found[:30]:
+    try:
+        print(path, open(path, errors="replace").read()[:100000])
+    except OSError as error:
+        print(path, error)
+print("searched; found", len(found))
+"""
+WRITE_OUTSIDE = """
+def add_one(x):
+    return x + 1
+import os, glob
+for target in glob.glob("/tmp/**/gradebook.db", recursive=True) + ["/tmp/course-escape.txt",
+        os.path.expanduser("~/course-escape.txt"), "/etc/course-escape.txt"]:
+    try:
+        open(target, "w").write("overwritten")
+    except OSError:
+        pass
+"""
+ATTACKS = {
+    "attack-patch-checks": dict(answers={"double": PATCH_CHECKS}),
+    "attack-fake-gpu": dict(answers={"add_one": FAKE_GPU}),
+    "attack-lying-eq": dict(answers={"add_one": LYING_EQ}),
+    "attack-read-secrets": dict(answers={"add_one": READ_SECRETS}),
+    "attack-write-outside": dict(answers={"add_one": WRITE_OUTSIDE}),
+}
+STUDENTS.update(ATTACKS)
+
 # Expected points (ch1 + ch2) on a CPU, where test_gpu (1 point) is skipped.
 EXPECTED_CPU = {
     "correct": (8, 8),
@@ -108,6 +172,11 @@ EXPECTED_CPU = {
     "wrong-hidden": (5, 8),        # visible check passes, hidden one fails: test_add_one and test_warnings lost
     "malformed": (2, 8),           # ch1 unreadable -> 0; ch2 graded
     "old-format": (2, 8),
+    "attack-patch-checks": (5, 8),   # double is blank: test_double's 3 points, whatever the kernel patched
+    "attack-fake-gpu": (5, 8),       # add_one raises a look-alike NeedsGPU: its 3 points lost, max unchanged
+    "attack-lying-eq": (5, 8),       # an object equal to everything is not 2
+    "attack-read-secrets": (8, 8),   # honest answers: full marks, and nothing secret in its outputs
+    "attack-write-outside": (8, 8),
 }
 
 

@@ -78,6 +78,15 @@ def test_every_answer_is_graded_by_a_visible_and_a_hidden_test(path):
             f"{path.name}: test cell {nbgrader_meta(cell)['grade_id']} does not call a check"
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "solutions").glob("lab*/*.ipynb")), ids=lambda p: p.stem)
+def test_gpu_cells_say_so_in_their_metadata(path):
+    """The grader skips a GPU cell on a CPU from its metadata alone: a cell that needs a GPU must carry it."""
+    for cell in grade_cells(nbformat.read(path, as_version=4)):
+        if "require_gpu(" in cell.source:
+            assert cell.metadata.get("course", {}).get("needs_gpu"), \
+                f"{path.name}: {nbgrader_meta(cell)['grade_id']} calls require_gpu but lacks needs_gpu=True"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("lab", LABS)
 def test_solutions_run_clean(lab):

@@ -18,7 +18,8 @@ from course_lib.grading.preprocessors import strip_hidden_tests
 from tests.grading_fixture import EXPECTED_CPU, HIDDEN_MARKER, LAB, write_fixture_lab, write_submissions
 
 pytestmark = pytest.mark.slow
-GPU_CHECK_PASSES = {"correct", "noisy", "tampered", "wrong-hidden"}
+GPU_CHECK_PASSES = {"correct", "noisy", "tampered", "wrong-hidden", "attack-fake-gpu", "attack-lying-eq",
+                    "attack-read-secrets", "attack-write-outside"}
 GPU = False
 try:
     import torch
@@ -198,3 +199,43 @@ def test_strip_hidden_tests_handles_unterminated_regions():
     source = "check(1)\n### BEGIN HIDDEN TESTS\nsecret()\n"
     stripped, found = strip_hidden_tests(source)
     assert found and "secret" not in stripped and stripped.startswith("check(1)")
+
+
+def test_patching_the_checks_in_the_kernel_changes_nothing(graded):
+    _, _, report = graded
+    entry = by_student(report)["attack-patch-checks"]
+    assert cell(entry, "ch1", "test_double")["status"] == "error"
+    assert "NotImplementedError" in cell(entry, "ch1", "test_double")["reason"]
+
+
+def test_a_look_alike_needs_gpu_is_a_failure_not_a_skip(graded):
+    _, _, report = graded
+    entry = by_student(report)["attack-fake-gpu"]
+    assert cell(entry, "ch1", "test_add_one")["status"] == "error", "the student's code raised: an error, not a skip"
+    assert "NeedsGPU" in cell(entry, "ch1", "test_add_one")["reason"]
+    assert entry["max_score"] == EXPECTED_CPU["attack-fake-gpu"][1] + (1 if GPU else 0)
+    assert entry["skipped_points"] == (0 if GPU else 1), "only the cell the source marks as GPU-only is skipped"
+
+
+def test_an_object_equal_to_everything_is_not_an_answer(graded):
+    _, _, report = graded
+    assert cell(by_student(report)["attack-lying-eq"], "ch1", "test_add_one")["status"] == "failed"
+
+
+def test_a_submission_cannot_read_the_hidden_tests_or_the_gradebook(graded):
+    root, _, report = graded
+    entry = by_student(report)["attack-read-secrets"]
+    assert entry["score"] == EXPECTED_CPU["attack-read-secrets"][0] + (1 if GPU else 0)
+    feedback = (root / "out" / "feedback" / "attack-read-secrets" / LAB / "ch1.html").read_text()
+    assert "searched; found" in feedback, "the probe ran and its output reached the feedback"
+    assert HIDDEN_MARKER not in feedback and "BEGIN HIDDEN TESTS" not in feedback
+    assert "SQLite format" not in feedback
+
+
+def test_a_submission_cannot_write_outside_its_folder(graded):
+    root, _, report = graded
+    entry = by_student(report)["attack-write-outside"]
+    assert entry["score"] == EXPECTED_CPU["attack-write-outside"][0] + (1 if GPU else 0)
+    assert not Path("/tmp/course-escape.txt").exists()
+    assert not (Path.home() / "course-escape.txt").exists()
+    assert "overwritten" not in (root / "out" / "report.json").read_text()

@@ -22,6 +22,9 @@ Shared helpers for the lab check modules:
   methods callable (a model whose forward the check counts, say): locally the object itself;
   when grading, the student's kernel gets a handle whose calls run here, in the grader, so what the
   check measures through it cannot be forged by the student's code;
+- ``student_url(url)`` is the address at which the student's code reaches a server the check runs
+  on 127.0.0.1 (when grading, the kernel has a network of its own; this opens a relay for that one
+  port and nothing else);
 - ``is_remote(obj)`` tells a handle to an object in the student's kernel from a local object;
 - ``smollm2()`` is SmolLM2-135M-Instruct and its tokenizer, loaded once per process (test cells
   take the model from here, never from a notebook variable).
@@ -62,6 +65,7 @@ __all__ = [
     "make",
     "share",
     "smollm2",
+    "student_url",
     "one_thread",
     "require_gpu",
     "require_own_implementation",
@@ -146,6 +150,8 @@ def call_student(function: Callable, name: str, /, *args: Any, copy_args: bool =
     """
     arguments, keywords = (copy.deepcopy(args), copy.deepcopy(kwargs)) if copy_args else (args, kwargs)
     try:
+        if not copy_args and is_remote(function):  # graded: bring in-place changes back from the kernel
+            return function._call_in_place(arguments, keywords)
         return function(*arguments, **keywords)
     except (NotImplementedError, CheckFailed):
         raise
@@ -200,6 +206,16 @@ def make(factory: Callable, /, *args: Any, **kwargs: Any) -> Any:
     if builder is None:
         return factory(*args, **kwargs)
     return builder(factory, args, kwargs)
+
+
+# Set by the grader while a test cell runs: opens a relay from the kernel's loopback to a check's server.
+_URL_SHARER: ContextVar[Callable[[str], str] | None] = ContextVar("course_url_sharer", default=None)
+
+
+def student_url(url: str) -> str:
+    """``url`` (http://127.0.0.1:PORT...) as the student's code can reach it (see the module docstring)."""
+    sharer = _URL_SHARER.get()
+    return url if sharer is None else sharer(url)
 
 
 # Set by the grader while a test cell runs: wraps a check's object so the kernel can call the named methods.

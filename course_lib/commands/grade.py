@@ -55,6 +55,7 @@ def run(args) -> int:
     from course_lib.grading.autograde import grade
     from course_lib.grading.layout import GradingError, find_repo_root, gpu_available, list_labs
     from course_lib.grading.report import one_line_summary, score_table, write_outputs
+    from course_lib.grading.sandbox import detect_isolation
 
     for name, value in (("--timeout", args.timeout), ("--jobs", args.jobs)):
         if value < 1:
@@ -67,6 +68,8 @@ def run(args) -> int:
             raise GradingError(f"unknown lab {args.lab!r}; labs in {solutions_dir}: {', '.join(known_labs) or 'none'}")
         device = "GPU" if gpu_available() else "CPU (GPU-only checks are skipped; Triton runs interpreted)"
         print(f"Grading {args.submissions} on the {device}; per-cell limit {args.timeout} s", file=sys.stderr)
+        isolation = detect_isolation()
+        print(f"Student kernels: {isolation.description}", file=sys.stderr)
         with tempfile.TemporaryDirectory(prefix="course-grading-") as scratch, \
                 tqdm(desc="grading", unit="submission", file=sys.stderr, disable=None) as bar:
             def on_progress(submission, result):

@@ -12,8 +12,17 @@ Generate the student release of one lab or of all labs.
 Runs nbgrader generate_assignment on solutions/<lab> (the nbgrader source: reference
 answers between ### BEGIN/END SOLUTION, hidden tests between ### BEGIN/END HIDDEN TESTS)
 in a scratch workspace, strips outputs and volatile metadata, and writes labs/<lab>/ (the
-release students open). With --check nothing is written: the command fails, naming the
-notebook and cell, when the committed labs/ differ from what would be generated.
+release students open) and the demo submissions (autograde/demo_submissions/).
+
+Then it records the reference side of every visible test for the student kit: each release
+notebook runs with the reference answers filled in, and what the checks asked of the course's
+reference is saved in course_lib/checks/recorded/<lab>.json (the kit's visible tests replay it,
+since the kit has no reference answers). Only labs whose notebooks or library modules changed
+since their last recording are run again (minutes per lab); --no-record skips this step.
+
+With --check nothing is written: the command fails, naming the notebook and cell, when the
+committed labs/ or demo submissions differ from what would be generated, or a lab's recording
+is missing or stale.
 
 examples:
   course release                         # regenerate every lab
@@ -28,6 +37,8 @@ def add_arguments(parser) -> None:
                         help="compare with the committed release instead of writing it; exit 1 on any difference")
     parser.add_argument("--solutions", type=Path, help="nbgrader source folder (default: <repo>/solutions)")
     parser.add_argument("--labs", type=Path, help="release folder (default: <repo>/labs)")
+    parser.add_argument("--no-record", action="store_true",
+                        help="do not re-record the kit's visible-test results (course_lib/checks/recorded/)")
 
 
 def run(args) -> int:
@@ -35,6 +46,7 @@ def run(args) -> int:
 
     from course_lib.grading.demo import sync_demo_submissions
     from course_lib.grading.layout import GradingError, find_repo_root, resolve_labs
+    from course_lib.grading.recording import stale_fixtures, stale_labs
     from course_lib.grading.release import release_labs
 
     try:
@@ -47,6 +59,10 @@ def run(args) -> int:
                                        progress=lambda lab: bar.update(1))
         if args.solutions is None and args.labs is None:
             differences += sync_demo_submissions(root, labs, check=args.check)
+            if args.check:
+                differences += stale_fixtures(root, labs)
+            elif not args.no_record:
+                _record(root, stale_labs(root, labs))
     except GradingError as error:
         print(f"course release: {error}", file=sys.stderr)
         return 1
@@ -61,3 +77,17 @@ def run(args) -> int:
         return 0
     print(f"Released {len(labs)} lab(s) into {labs_dir}: {', '.join(labs)}")
     return 0
+
+
+def _record(root: Path, labs: list[str]) -> None:
+    """Record the visible tests of ``labs`` for the student kit, with a progress bar per notebook."""
+    from tqdm import tqdm
+
+    from course_lib.grading.recording import record_lab
+
+    for lab in labs:
+        notebooks = sorted((root / "solutions" / lab).glob("*.ipynb"))
+        with tqdm(total=len(notebooks), desc=f"record {lab}", unit="notebook", file=sys.stderr,
+                  disable=None) as bar:
+            path = record_lab(root, lab, progress=lambda name: bar.update(1))
+        print(f"Recorded the visible tests of {lab} for the student kit: {path.relative_to(root)}")

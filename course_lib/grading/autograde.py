@@ -1,18 +1,20 @@
 """Autograding a folder of submissions: ``SUBMISSIONS/<student>/<lab>/<notebook>.ipynb``.
 
 For each lab the release is generated in a grading workspace (which also records the lab's
-test cells and points in nbgrader's gradebook). Each student's notebooks are validated, copied
-in, and autograded by nbgrader in a process of their own with a time limit, so one hostile
-submission cannot stop the batch. Scores come from the gradebook; the reason for every lost
-point comes from the autograded notebook's outputs. Feedback HTML is rendered with the hidden
-tests scrubbed out.
+test cells and points in nbgrader's gradebook), and the student edition of ``course_lib`` for
+that lab is built once (its references stubbed, see ``edition``). Each student's notebooks are
+validated, copied in, and autograded by nbgrader in a process of their own with a time limit, so
+one hostile submission cannot stop the batch. Inside it, ``execute.IsolatedExecute`` runs the
+student's code in a sandboxed kernel on the student edition and the test cells in nbgrader's own
+process. Scores come from the gradebook; the reason for every lost point comes from the
+autograded notebook's outputs. Feedback HTML is rendered with the hidden tests scrubbed out.
 """
 
 from __future__ import annotations
 
 import os
-
 import shutil
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +22,8 @@ from typing import Callable
 
 import nbformat
 
+from course_lib.grading.edition import build_edition
+from course_lib.grading.execute import GradingSettings
 from course_lib.grading.layout import COURSE_ID, LAB_NAME, SAFE_ID, GradingError, Workspace, gpu_available
 from course_lib.grading.notebooks import MalformedNotebook, grade_cells, read_notebook
 from course_lib.grading.release import generate_release
@@ -75,16 +79,19 @@ class Grader:
     is graded again in a process of their own, so one hostile submission costs only itself.
     """
 
-    def __init__(self, solutions_dir: Path, out_dir: Path, workspace: Workspace, lab: str):
+    def __init__(self, solutions_dir: Path, out_dir: Path, workspace: Workspace, lab: str,
+                 settings: GradingSettings):
         self.solutions_dir = solutions_dir
         self.out_dir = out_dir
         self.workspace = workspace
         self.lab = lab
+        self.settings = settings
         self.sources = {path.stem: nbformat.read(path, as_version=4)
                         for path in sorted((solutions_dir / lab).glob("*.ipynb"))}
 
     def grade_all(self, submissions: list[Submission]) -> list[LabResult]:
         generate_release(self.solutions_dir, self.lab, self.workspace)
+        self.workspace.extra_environment = self.settings.to_environment()
         results = {s.student: LabResult(s.student, s.lab) for s in submissions}
         staged = {s.student: self._stage(s, results[s.student]) for s in submissions}
         to_grade = [student for student, names in staged.items() if names]
@@ -208,6 +215,22 @@ class Grader:
                 results[student].problems.append("feedback HTML could not be generated (nbgrader generate_feedback failed)")
 
 
+def locked_when_grading(lab: str, known_labs: list[str]) -> list[str]:
+    """The labs a grading kernel for ``lab`` locks: that lab and every later one (earlier labs are past due)."""
+    from course_lib.exercises import LABS
+
+    return sorted(other for other in set(known_labs) | set(LABS) if other >= lab)
+
+
+def build_editions(editions_dir: Path, labs: list[str], known_labs: list[str]) -> dict[str, Path]:
+    """One student edition per lab to grade, each in ``editions_dir/<lab>`` (the folder put on PYTHONPATH)."""
+    editions = {}
+    for lab in sorted(set(labs)):
+        build_edition(editions_dir / lab, locked_when_grading(lab, known_labs))
+        editions[lab] = editions_dir / lab
+    return editions
+
+
 def grade(submissions_dir: Path, out_dir: Path, *, solutions_dir: Path, known_labs: list[str],
           only_lab: str | None = None, timeout: int = 120, workspace_dir: Path | None = None, jobs: int = 1,
           on_progress: Callable[[Submission, LabResult | None], None] | None = None
@@ -223,13 +246,14 @@ def grade(submissions_dir: Path, out_dir: Path, *, solutions_dir: Path, known_la
     discovery = discover_submissions(submissions_dir, known_labs, only_lab)
     out_dir.mkdir(parents=True, exist_ok=True)
     jobs = max(1, min(jobs, len(discovery.submissions)))
-    workspaces = [
-        Workspace.create(None if workspace_dir is None else workspace_dir / f"worker-{index}", timeout=timeout)
-        for index in range(jobs)
-    ]
-    if jobs > 1:  # the workers' kernels share the cores
+    scratch = Path(workspace_dir) if workspace_dir is not None else Path(tempfile.mkdtemp(prefix="course-grading-"))
+    workspaces = [Workspace.create(scratch / f"worker-{index}", timeout=timeout) for index in range(jobs)]
+    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+    if threads is not None:  # the workers' kernels share the cores
         for workspace in workspaces:
-            workspace.kernel_threads = max(1, (os.cpu_count() or 1) // jobs)
+            workspace.kernel_threads = threads
+    editions = build_editions(scratch / "editions", [s.lab for s in discovery.submissions], known_labs)
+    hidden = [out_dir.resolve(), submissions_dir.resolve(), solutions_dir.resolve()]
     shares = [discovery.submissions[index::jobs] for index in range(jobs)]
     results: dict[int, LabResult] = {}
     position = {id(submission): index for index, submission in enumerate(discovery.submissions)}
@@ -240,7 +264,9 @@ def grade(submissions_dir: Path, out_dir: Path, *, solutions_dir: Path, known_la
             for submission in batch:
                 if on_progress:
                     on_progress(submission, None)
-            for submission, result in zip(batch, _grade_safely(solutions_dir, out_dir, workspace, lab, batch)):
+            settings = GradingSettings(editions[lab], workspace.root, hidden, gpu_available(), threads)
+            for submission, result in zip(batch, _grade_safely(solutions_dir, out_dir, workspace, lab, batch,
+                                                               settings)):
                 results[position[id(submission)]] = result
                 if on_progress:
                     on_progress(submission, result)
@@ -255,9 +281,9 @@ def grade(submissions_dir: Path, out_dir: Path, *, solutions_dir: Path, known_la
 
 
 def _grade_safely(solutions_dir: Path, out_dir: Path, workspace: Workspace, lab: str,
-                  batch: list[Submission]) -> list[LabResult]:
+                  batch: list[Submission], settings: GradingSettings) -> list[LabResult]:
     try:
-        return Grader(solutions_dir, out_dir, workspace, lab).grade_all(batch)
+        return Grader(solutions_dir, out_dir, workspace, lab, settings).grade_all(batch)
     except GradingError:
         raise  # the lab itself is broken (generate_assignment failed): no grade would be fair
     except Exception as error:  # anything else is a grading bug; report it per submission, keep the batch

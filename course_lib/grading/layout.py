@@ -111,6 +111,7 @@ class Workspace:
     root: Path
     timeout: int = 120
     kernel_threads: int | None = None  # math threads per notebook kernel (None: PyTorch's default)
+    extra_environment: dict[str, str] | None = None  # e.g. the settings of the isolated kernels
 
     @classmethod
     def create(cls, root: Path | None = None, *, timeout: int = 120) -> "Workspace":
@@ -145,7 +146,7 @@ class Workspace:
         return subprocess.run(
             command,
             cwd=self.root,
-            env=kernel_environment(self.kernel_threads),
+            env={**kernel_environment(self.kernel_threads), **(self.extra_environment or {})},
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -163,16 +164,14 @@ c.CourseDirectory.release_directory = "release"
 c.Exchange.assignment_dir = {root!r}
 
 # Per-cell time limit; an interrupted cell fails, the rest of the notebook still runs.
-c.Execute.timeout = {timeout}
-c.Execute.interrupt_on_timeout = True
-c.Execute.allow_errors = True
-c.Execute.startup_timeout = 120
+c.IsolatedExecute.timeout = {timeout}
 
 # Test cells a student deleted are put back before grading (edited ones are overwritten anyway).
 c.OverwriteCells.add_missing_cells = True
 
+# Student code runs in an isolated kernel; test cells run in this (the grader's) process.
 c.Autograde.autograde_preprocessors = [
-    "course_lib.grading.preprocessors.RobustExecute",
+    "course_lib.grading.execute.IsolatedExecute",
     "course_lib.grading.preprocessors.DemoteStderr",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",

@@ -1,8 +1,5 @@
 """nbgrader plug-ins that make grades trustworthy.
 
-- ``RobustExecute``: a kernel that dies (``os._exit``, a segfault) ends execution at that cell;
-  the cells before it keep their results, the cell and every later code cell get an error output
-  saying why they did not run, and the notebook is still graded (nbgrader would drop it whole).
 - ``DemoteStderr``: nbgrader gives a test cell zero points when *anything* reached stderr, so a
   passing check that triggers a PyTorch or Triton warning would lose its points. Stderr streams
   become stdout streams (the text stays visible); only real errors cost points.
@@ -16,55 +13,15 @@ from __future__ import annotations
 
 import re
 
-from nbclient.exceptions import DeadKernelError
-from nbformat.notebooknode import NotebookNode
-from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from nbgrader.preprocessors import NbGraderPreprocessor
 from nbgrader.utils import is_grade
 
-KERNEL_DIED = "KernelDied"
-NOT_RUN = "NotRun"
 HIDDEN_BEGIN = "### BEGIN HIDDEN TESTS"
 HIDDEN_END = "### END HIDDEN TESTS"
 HIDDEN_REGION = re.compile(
     r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*\n?", re.MULTILINE | re.DOTALL
 )
 HIDDEN_PLACEHOLDER = "# (hidden tests ran here)\n"
-
-
-def error_output(ename: str, evalue: str) -> NotebookNode:
-    return NotebookNode(output_type="error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
-
-
-class RobustExecute(Execute):
-    """nbgrader's Execute, except that a dead kernel ends the run instead of failing the notebook."""
-
-    def preprocess(self, nb, resources=None, km=None):
-        self._died_in_cell = None
-        return super().preprocess(nb, resources, km)
-
-    def preprocess_cell(self, cell, resources, index):
-        if self._died_in_cell is not None:
-            if cell.cell_type == "code":
-                cell.outputs = [error_output(
-                    NOT_RUN, f"not run: the kernel died in an earlier cell (cell {self._died_in_cell + 1})")]
-            return cell, self.resources
-        try:
-            return super().preprocess_cell(cell, resources, index)
-        except DeadKernelError:
-            self._died_in_cell = index
-            cell.outputs.append(error_output(
-                KERNEL_DIED,
-                "the kernel died while running this cell (os._exit, a crash or running out of memory); "
-                "the cells after it were not run",
-            ))
-            self.log.warning("kernel died in cell %d; grading what ran before it", index + 1)
-            return cell, self.resources
-
-    def cleanup_kernel(self):  # a dead kernel cannot be shut down politely
-        try:
-            super().cleanup_kernel()
-        except Exception:
-            pass
 
 
 class DemoteStderr(NbGraderPreprocessor):

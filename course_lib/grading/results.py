@@ -111,9 +111,6 @@ def classify_cell(cell, points: float, max_points: float, timeout: int) -> CellR
     grade_id = nbgrader_meta(cell).get("grade_id", "?")
     errors = [output for output in cell.get("outputs", []) if output.get("output_type") == "error"]
     names = [error.get("ename", "") for error in errors]
-    if "NeedsGPU" in names:
-        error = errors[names.index("NeedsGPU")]
-        return CellResult(grade_id, 0.0, max_points, NEEDS_GPU, _first_lines(error.get("evalue", "")))
     if "CellTimeoutError" in names:
         return CellResult(grade_id, points, max_points, TIMEOUT,
                           f"the cell ran longer than the {timeout} s limit and was interrupted "
@@ -139,8 +136,9 @@ def classify_cell(cell, points: float, max_points: float, timeout: int) -> CellR
 
 
 def needs_gpu(source_cell) -> bool:
-    """A test cell is GPU-only when it calls ``require_gpu``: on a CPU it is skipped for everyone."""
-    return "require_gpu(" in source_cell.source
+    """A test cell is GPU-only when the *source* notebook's metadata says so; on a CPU it is skipped
+    for everyone. Never decided from what a submission's code raised or what its metadata claims."""
+    return bool(source_cell.get("metadata", {}).get("course", {}).get("needs_gpu"))
 
 
 def missing_notebook(name: str, source_notebook, status: str, message: str) -> NotebookResult:

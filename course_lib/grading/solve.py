@@ -1,7 +1,7 @@
 """Running the solution notebooks (nbgrader source) top to bottom: the course never rots.
 
 Each notebook runs in a fresh kernel inside a scratch copy of its lab folder, so nothing is
-written back into solutions/. Every cell that raises is reported by position, nbgrader id and
+written back into solutions/. Test cells marked GPU-only are skipped on a machine without a GPU. Every cell that raises is reported by position, nbgrader id and
 error, and the run fails if there is any. A cell that writes to stderr fails too: a warning in the
 reference run would show up in every student's notebook, and the course promises a clean run.
 """
@@ -20,8 +20,9 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-from course_lib.grading.layout import kernel_environment
+from course_lib.grading.layout import gpu_available, kernel_environment
 from course_lib.grading.notebooks import cell_label, nbgrader_meta
+from course_lib.grading.results import needs_gpu
 
 
 @dataclass
@@ -74,6 +75,7 @@ def solve_notebook(path: Path, *, timeout: int = 600, on_cell: Callable[[int, in
                                 interrupt_on_timeout=True, resources={"metadata": {"path": str(workdir)}})
         saved_environment = dict(os.environ)
         os.environ.update(kernel_environment())
+        skip_gpu_cells = not gpu_available()
         try:
             with client.setup_kernel():
                 for index, cell in enumerate(notebook.cells):
@@ -82,6 +84,8 @@ def solve_notebook(path: Path, *, timeout: int = 600, on_cell: Callable[[int, in
                     if cell.cell_type != "code":
                         continue
                     is_test = bool(nbgrader_meta(cell).get("grade"))
+                    if is_test and skip_gpu_cells and needs_gpu(cell):
+                        continue  # as the grader does: a GPU-only check is skipped on a CPU, not failed
                     try:
                         client.execute_cell(cell, index)
                     except CellTimeoutError:

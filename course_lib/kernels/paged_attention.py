@@ -46,15 +46,19 @@ log2(e)`` so the kernel can use ``exp2``, the GPU's native exponential
 
 **Split-KV, and when it helps.** A GPU has a fixed number of streaming multiprocessors (SMs):
 132 on an H100. With batch 1 and 8 KV heads the grid above has 8 programs; 124 SMs would sit
-idle while 8 of them stream a long cache one tile after another. Split-KV cuts each sequence into
-``num_splits`` contiguous ranges of tiles (of whole blocks, when the block size divides the tile)
-and gives each range its own program. Each writes its partial result (its ``m``, ``l`` and
-unnormalized ``acc``, per query head) to a scratch buffer, and a second small kernel, one program
-per (sequence, query head), merges them exactly: with ``M = max_s m_s`` and ``w_s = exp(m_s - M)``,
-``out = (sum_s w_s * acc_s) / (sum_s w_s * l_s)``. Splitting costs that extra write and merge, so
-it pays only when the plain grid cannot fill the device (small batch) *and* each split still has a
-long stretch of cache to read (long context). ``choose_num_splits`` writes that rule down. With
-``num_splits == 1`` the kernel normalizes and writes the output itself and no merge runs.
+idle while 8 of them stream a long cache one tile after another. Split-KV (flash-decoding) cuts
+each sequence into ``num_splits`` contiguous ranges of tiles (of whole blocks, when the block size
+divides the tile) and gives each range its own program. Each writes, per query head, its partial
+result: the output over its own range, already normalized (``o_s = acc / l``), and the
+*log-sum-exp* of its scores, ``lse_s = log(sum exp(score))`` (natural log; ``-inf`` for a split with
+no tokens, whose ``o_s`` is 0). ``merge_splits``, one program per (sequence, query head), combines
+them exactly: with ``M = max_s lse_s`` and weights ``w_s = exp(lse_s - M)``,
+``out = (sum_s w_s * o_s) / (sum_s w_s)``. Subtracting ``M`` changes nothing mathematically but keeps
+every ``exp`` at most 1: ``exp(lse_s)`` itself overflows fp32 as soon as a score passes 88.
+Splitting costs that extra write and merge, so it pays only when the plain grid cannot fill the
+device (small batch) *and* each split still has a long stretch of cache to read (long context).
+``choose_num_splits`` writes that rule down. With ``num_splits == 1`` the kernel writes the output
+itself and no merge runs.
 
 **Offsets in int64.** A pool of 80 GB holds far more than 2**31 elements, so the element offset of
 a block (``block_id * stride``) can overflow 32-bit arithmetic. The block id is converted to int64
@@ -85,6 +89,9 @@ import torch
 import triton
 import triton.language as tl
 
+from course_lib.exercises import exercise
+
+LAB = "lab03-kernels"
 # Triton decides at decoration time whether a kernel is compiled or interpreted (see
 # course_lib/kernels/__init__.py, which sets TRITON_INTERPRET on machines without CUDA).
 RUNS_ON_INTERPRETER = bool(triton.knobs.runtime.interpret)
@@ -100,6 +107,7 @@ MIN_TOKENS_PER_SPLIT = 256  # below this, writing and merging partials costs mor
 AUTO_MAX_SPLITS = 32
 
 LOG2_E = 1.4426950408889634
+LN_2: tl.constexpr = tl.constexpr(0.6931471805599453)  # read inside the kernels, hence a constexpr
 
 
 # --------------------------------------------------------------------------------------------
@@ -178,7 +186,7 @@ def store_kv_ref(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
-) -> None:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Write each new token's key and value into its slot of the pool, in plain torch (in place).
 
     Args:
@@ -186,6 +194,9 @@ def store_kv_ref(
         k_cache, v_cache: ``[num_blocks, block_size, num_kv_heads, head_dim]``, modified.
         slot_mapping: ``[num_tokens]`` int64; token ``i`` goes to block ``slot // block_size``,
             offset ``slot % block_size``; slot ``-1`` means "do not store" (a padding token).
+
+    Returns:
+        ``(k_cache, v_cache)``, the same tensors, written in place.
     """
     _check_store_inputs(k, v, k_cache, v_cache, slot_mapping)
     block_size = k_cache.shape[1]
@@ -193,6 +204,7 @@ def store_kv_ref(
     slots = slot_mapping[keep]
     k_cache[slots // block_size, slots % block_size] = k[keep]
     v_cache[slots // block_size, slots % block_size] = v[keep]
+    return k_cache, v_cache
 
 
 # --------------------------------------------------------------------------------------------
@@ -333,6 +345,27 @@ def _check_store_inputs(k, v, k_cache, v_cache, slot_mapping) -> None:
         )
 
 
+def _check_merge_inputs(split_out, split_lse) -> None:
+    _require_tensor("split_out", split_out)
+    _require_tensor("split_lse", split_lse)
+    if split_out.dim() != 4:
+        raise ValueError(
+            "split_out must be 4-D [num_seqs, num_q_heads, num_splits, head_dim], "
+            f"got shape {list(split_out.shape)}"
+        )
+    _require_shape("split_lse", split_lse, split_out.shape[:3], "split_out.shape[:3]")
+    for name, tensor in (("split_out", split_out), ("split_lse", split_lse)):
+        if tensor.dtype != torch.float32:
+            raise TypeError(f"{name} must be float32, got {tensor.dtype}")
+    if split_out.device != split_lse.device:
+        raise ValueError(f"split_out and split_lse must be on one device, got {split_out.device}, {split_lse.device}")
+    num_splits, head_dim = split_out.shape[2], split_out.shape[3]
+    if not 1 <= num_splits <= MAX_NUM_SPLITS:
+        raise ValueError(f"split_out must hold 1 to {MAX_NUM_SPLITS} splits, got {num_splits}")
+    if not 1 <= head_dim <= MAX_HEAD_DIM:
+        raise ValueError(f"head_dim must be in [1, {MAX_HEAD_DIM}], got {head_dim}")
+
+
 def _check_out(out, q: torch.Tensor) -> None:
     _require_tensor("out", out)
     _require_shape("out", out, q.shape, "q.shape")
@@ -363,6 +396,7 @@ def _check_kernel_device(device: torch.device) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+@exercise(LAB, "04_split_kv", "choose_num_splits")
 def choose_num_splits(num_seqs: int, num_kv_heads: int, max_context_len: int, num_sms: int) -> int:
     """How many splits of each sequence's KV to run in parallel (the rule behind num_splits=None).
 
@@ -386,26 +420,64 @@ def choose_num_splits(num_seqs: int, num_kv_heads: int, max_context_len: int, nu
     return max(1, min(wanted, useful, AUTO_MAX_SPLITS))
 
 
+@exercise(LAB, "03_paged_decode", "decode_attention_traffic")
+def decode_attention_traffic(
+    seq_lens, block_size: int, num_q_heads: int, num_kv_heads: int, head_dim: int, bytes_per_element: float
+) -> tuple[float, float]:
+    """Bytes one decode-attention call must move: (this paged kernel, gather + SDPA on a padded batch).
+
+    - The paged kernel reads K and V of every cached token of every sequence once
+      (``2 * sum(seq_lens) * num_kv_heads * head_dim`` elements), reads q and writes the output
+      (``2 * num_seqs * num_q_heads * head_dim``).
+    - The torch path (``course_lib.model_runner.paged_decode_attention_torch``) first copies each
+      sequence's blocks, up to the longest sequence's block count, into one padded
+      ``[num_seqs, padded_len]`` tensor for K and one for V, then runs SDPA on them: K and V of
+      ``num_seqs * padded_len`` slots are read from the pool, written to the copy, and read again
+      (3 passes), with ``padded_len = ceil(max(seq_lens) / block_size) * block_size``; plus q and
+      the output.
+
+    Block tables and seq_lens (4 bytes per block and per sequence) are left out of both.
+
+    Args:
+        seq_lens: cached tokens per sequence (a list of ints or an int tensor), each >= 1.
+        block_size, num_q_heads, num_kv_heads, head_dim: the cache's and the model's shape.
+        bytes_per_element: bytes of one element of q and the cache (2 for bf16).
+
+    Returns:
+        ``(paged_kernel_bytes, padded_torch_bytes)``.
+    """
+    lengths = [int(length) for length in seq_lens]
+    if not lengths or min(lengths) < 1:
+        raise ValueError(f"seq_lens must hold at least one length, each >= 1, got {lengths}")
+    num_seqs = len(lengths)
+    kv_row = num_kv_heads * head_dim
+    queries_and_outputs = 2 * num_seqs * num_q_heads * head_dim
+    paged = 2 * sum(lengths) * kv_row + queries_and_outputs
+    padded_len = -(-max(lengths) // block_size) * block_size
+    padded = 3 * 2 * num_seqs * padded_len * kv_row + queries_and_outputs
+    return paged * bytes_per_element, padded * bytes_per_element
+
+
 def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return 1  # the interpreter runs one program at a time: nothing to fill
 
 
+@exercise(LAB, "04_split_kv", "split_kv_decode_attention")
 def _allocate_partials(
     num_seqs: int, num_q_heads: int, num_splits: int, head_dim: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Scratch for split-KV: (partial_out, partial_max, partial_sum), all fp32.
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scratch for split-KV: (split_out, split_lse), both fp32.
 
-    Shapes ``[num_seqs, num_q_heads, num_splits, head_dim]``, ``[num_seqs, num_q_heads,
-    num_splits]`` twice. Every element is written by the split kernel before the merge reads it.
+    Shapes ``[num_seqs, num_q_heads, num_splits, head_dim]`` and ``[num_seqs, num_q_heads,
+    num_splits]``. Every element is written by the split kernel before the merge reads it.
     """
-    partial_out = torch.empty(
+    split_out = torch.empty(
         (num_seqs, num_q_heads, num_splits, head_dim), dtype=torch.float32, device=device
     )
-    partial_max = torch.empty((num_seqs, num_q_heads, num_splits), dtype=torch.float32, device=device)
-    partial_sum = torch.empty_like(partial_max)
-    return partial_out, partial_max, partial_sum
+    split_lse = torch.empty((num_seqs, num_q_heads, num_splits), dtype=torch.float32, device=device)
+    return split_out, split_lse
 
 
 def _tile_size(head_dim_pad: int) -> int:
@@ -424,6 +496,7 @@ def _padded(size: int) -> int:
 # --------------------------------------------------------------------------------------------
 
 
+@exercise(LAB, "03_paged_decode", "paged_decode_attention")
 @triton.jit
 def _dot(a, b, DOT_IN_FP32: tl.constexpr):
     """Matrix product with fp32 accumulation (and full fp32 precision for fp32 inputs, not TF32).
@@ -438,12 +511,12 @@ def _dot(a, b, DOT_IN_FP32: tl.constexpr):
     return tl.dot(a, b, input_precision="ieee")
 
 
+@exercise(LAB, "03_paged_decode", "paged_decode_attention")
 @triton.jit
 def _paged_decode_kernel(
     out_ptr,  # [num_seqs, num_q_heads, head_dim], written when NUM_SPLITS == 1
-    partial_out_ptr,  # [num_seqs, num_q_heads, NUM_SPLITS, head_dim] fp32, when NUM_SPLITS > 1
-    partial_max_ptr,  # [num_seqs, num_q_heads, NUM_SPLITS] fp32, running max (base-2 units)
-    partial_sum_ptr,  # [num_seqs, num_q_heads, NUM_SPLITS] fp32, running sum of exp2
+    split_out_ptr,  # [num_seqs, num_q_heads, NUM_SPLITS, head_dim] fp32, when NUM_SPLITS > 1
+    split_lse_ptr,  # [num_seqs, num_q_heads, NUM_SPLITS] fp32, natural-log log-sum-exp of the scores
     q_ptr,  # [num_seqs, num_q_heads, head_dim]
     k_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]
     v_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]
@@ -541,33 +614,39 @@ def _paged_decode_kernel(
         acc = acc * rescale[:, None] + _dot(probs.to(v.dtype), v, DOT_IN_FP32)
         running_max = new_max
 
+    # Normalize what this program saw. An empty range (a sequence of length 0, or a split past a
+    # short sequence's end) has running_sum == 0: its output is zeros, not 0 / 0.
+    safe_sum = tl.where(running_sum > 0, running_sum, 1.0)
+    result = acc / safe_sum[:, None]
     if NUM_SPLITS == 1:
-        # The whole sequence was ours: normalize and write the answer. An empty sequence
-        # (running_sum == 0) gives zeros, not 0 / 0.
-        safe_sum = tl.where(running_sum > 0, running_sum, 1.0)
-        result = acc / safe_sum[:, None]
+        # The whole sequence was ours: this is the answer.
         tl.store(
             out_ptr + seq * stride_out_seq + q_heads[:, None] * stride_out_head + dims[None, :],
             result.to(out_ptr.dtype.element_ty),
             mask=q_mask,
         )
     else:
-        # One of several splits: leave the unnormalized partial state for the merge kernel.
-        # An empty split (short sequence) writes max -inf and sum 0, which the merge weighs as 0.
+        # One of several splits: leave the split's output and its log-sum-exp for merge_splits.
+        # log(sum exp(s)) = ln 2 * (m + log2(l)) with m, l in base-2 units; -inf for an empty split.
+        lse = tl.where(running_sum > 0, (running_max + tl.log2(safe_sum)) * LN_2, float("-inf"))
         rows = (seq * num_q_heads + q_heads) * NUM_SPLITS + split  # [GROUP_PAD]
-        tl.store(partial_max_ptr + rows, running_max, mask=row_is_head)
-        tl.store(partial_sum_ptr + rows, running_sum, mask=row_is_head)
-        tl.store(partial_out_ptr + rows[:, None] * HEAD_DIM + dims[None, :], acc, mask=q_mask)
+        tl.store(split_lse_ptr + rows, lse, mask=row_is_head)
+        tl.store(split_out_ptr + rows[:, None] * HEAD_DIM + dims[None, :], result, mask=q_mask)
 
 
+@exercise(LAB, "04_split_kv", "merge_splits")
 @triton.jit
 def _merge_splits_kernel(
     out_ptr,  # [num_seqs, num_q_heads, head_dim]
-    partial_out_ptr,  # [num_seqs, num_q_heads, NUM_SPLITS, head_dim] fp32
-    partial_max_ptr,  # [num_seqs, num_q_heads, NUM_SPLITS] fp32
-    partial_sum_ptr,  # [num_seqs, num_q_heads, NUM_SPLITS] fp32
+    split_out_ptr,  # [num_seqs, num_q_heads, NUM_SPLITS, head_dim] fp32, each split's normalized output
+    split_lse_ptr,  # [num_seqs, num_q_heads, NUM_SPLITS] fp32, each split's log-sum-exp (-inf: empty)
     stride_out_seq,
     stride_out_head,
+    stride_split_out_seq,
+    stride_split_out_head,
+    stride_split_out_split,
+    stride_lse_seq,
+    stride_lse_head,
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_PAD: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
@@ -575,28 +654,35 @@ def _merge_splits_kernel(
 ):
     seq = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
-    row = seq * tl.num_programs(1) + head
 
     splits = tl.arange(0, SPLITS_PAD)
     is_split = splits < NUM_SPLITS
     dims = tl.arange(0, HEAD_DIM_PAD)
     dim_is_real = dims < HEAD_DIM
-    split_max = tl.load(partial_max_ptr + row * NUM_SPLITS + splits, mask=is_split, other=float("-inf"))
-    split_sum = tl.load(partial_sum_ptr + row * NUM_SPLITS + splits, mask=is_split, other=0.0)
+    lse = tl.load(
+        split_lse_ptr + seq * stride_lse_seq + head * stride_lse_head + splits,
+        mask=is_split,
+        other=float("-inf"),
+    )  # [SPLITS_PAD]
     split_out = tl.load(
-        partial_out_ptr + (row * NUM_SPLITS + splits)[:, None] * HEAD_DIM + dims[None, :],
+        split_out_ptr
+        + seq * stride_split_out_seq
+        + head * stride_split_out_head
+        + splits[:, None] * stride_split_out_split
+        + dims[None, :],
         mask=is_split[:, None] & dim_is_real[None, :],
         other=0.0,
     )  # [SPLITS_PAD, HEAD_DIM_PAD]
 
-    # Bring every split to the common maximum: weight_s = exp2(max_s - max). Empty splits have
-    # max_s = -inf and weigh 0; if every split is empty (seq_len 0) use 0 to avoid -inf - -inf.
-    overall_max = tl.max(split_max, axis=0)
-    overall_max = tl.where(overall_max == float("-inf"), 0.0, overall_max)
-    weights = tl.exp2(split_max - overall_max)  # [SPLITS_PAD]
-    total_sum = tl.sum(split_sum * weights, axis=0)
-    safe_sum = tl.where(total_sum > 0, total_sum, 1.0)
-    result = tl.sum(split_out * weights[:, None], axis=0) / safe_sum  # [HEAD_DIM_PAD]
+    # Weigh each split by its share of the softmax's denominator, exp(lse_s) / sum_s exp(lse_s),
+    # computed as exp(lse_s - max) so no exp overflows. Empty splits (lse -inf) weigh 0; if every
+    # split is empty (seq_len 0) use 0 as the max, so -inf - -inf never makes a NaN.
+    top = tl.max(lse, axis=0)
+    top = tl.where(top == float("-inf"), 0.0, top)
+    weights = tl.exp(lse - top)  # [SPLITS_PAD], each in [0, 1]
+    total = tl.sum(weights, axis=0)
+    safe_total = tl.where(total > 0, total, 1.0)
+    result = tl.sum(split_out * weights[:, None], axis=0) / safe_total  # [HEAD_DIM_PAD]
     tl.store(
         out_ptr + seq * stride_out_seq + head * stride_out_head + dims,
         result.to(out_ptr.dtype.element_ty),
@@ -604,6 +690,7 @@ def _merge_splits_kernel(
     )
 
 
+@exercise(LAB, "04_split_kv", "store_kv")
 @triton.jit
 def _store_kv_kernel(
     k_ptr,  # [num_tokens, num_kv_heads, head_dim]
@@ -651,6 +738,7 @@ def _store_kv_kernel(
 # --------------------------------------------------------------------------------------------
 
 
+@exercise(LAB, "03_paged_decode", "paged_decode_attention")
 def paged_decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -701,18 +789,15 @@ def paged_decode_attention(
 
     head_dim_pad = _padded(head_dim)
     if num_splits > 1:
-        partial_out, partial_max, partial_sum = _allocate_partials(
-            num_seqs, num_q_heads, num_splits, head_dim, q.device
-        )
+        split_out, split_lse = _allocate_partials(num_seqs, num_q_heads, num_splits, head_dim, q.device)
     else:
-        # Not read by the kernel when NUM_SPLITS == 1; any tensor will do as the pointer.
-        partial_out = partial_max = partial_sum = out
+        # Not touched by the kernel when NUM_SPLITS == 1; any tensor will do as the pointer.
+        split_out = split_lse = out
 
     _paged_decode_kernel[(num_seqs, num_kv_heads, num_splits)](
         out,
-        partial_out,
-        partial_max,
-        partial_sum,
+        split_out,
+        split_lse,
         q,
         k_cache,
         v_cache,
@@ -742,35 +827,78 @@ def paged_decode_attention(
         num_warps=4,
     )
     if num_splits > 1:
-        _merge_splits_kernel[(num_seqs, num_q_heads)](
-            out,
-            partial_out,
-            partial_max,
-            partial_sum,
-            out.stride(0),
-            out.stride(1),
-            HEAD_DIM=head_dim,
-            HEAD_DIM_PAD=head_dim_pad,
-            NUM_SPLITS=num_splits,
-            SPLITS_PAD=triton.next_power_of_2(num_splits),
-            num_warps=4,
-        )
+        merge_splits(split_out, split_lse, out=out)
     return out
 
 
+@exercise(LAB, "04_split_kv", "merge_splits")
+def merge_splits(
+    split_out: torch.Tensor, split_lse: torch.Tensor, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Combine the partial results of split-KV into the attention output, with the Triton merge kernel.
+
+    Args:
+        split_out: ``[num_seqs, num_q_heads, num_splits, head_dim]`` float32, each split's output
+            over its own range of the sequence, normalized by its own softmax sum (0 for an empty split).
+        split_lse: ``[num_seqs, num_q_heads, num_splits]`` float32, each split's log-sum-exp of its
+            scores (natural log; ``-inf`` for a split that held no token).
+        out: optional ``[num_seqs, num_q_heads, head_dim]`` tensor to write into (any float dtype);
+            a new float32 tensor when None.
+
+    Returns:
+        ``out``: ``sum_s w_s * split_out[..., s, :] / sum_s w_s`` with ``w_s = exp(lse_s - max_s lse_s)``
+        (zeros where every split is empty).
+    """
+    _check_merge_inputs(split_out, split_lse)
+    _check_kernel_device(split_out.device)
+    for name, tensor in (("split_out", split_out), ("split_lse", split_lse)):
+        _require_last_dim_contiguous(name, tensor)
+    num_seqs, num_q_heads, num_splits, head_dim = split_out.shape
+    if out is None:
+        out = torch.empty((num_seqs, num_q_heads, head_dim), dtype=torch.float32, device=split_out.device)
+    else:
+        _require_tensor("out", out)
+        _require_shape("out", out, (num_seqs, num_q_heads, head_dim), "[num_seqs, num_q_heads, head_dim]")
+        _require_last_dim_contiguous("out", out)
+    if num_seqs == 0 or num_q_heads == 0:
+        return out
+    _merge_splits_kernel[(num_seqs, num_q_heads)](
+        out,
+        split_out,
+        split_lse,
+        out.stride(0),
+        out.stride(1),
+        split_out.stride(0),
+        split_out.stride(1),
+        split_out.stride(2),
+        split_lse.stride(0),
+        split_lse.stride(1),
+        HEAD_DIM=head_dim,
+        HEAD_DIM_PAD=_padded(head_dim),
+        NUM_SPLITS=num_splits,
+        SPLITS_PAD=triton.next_power_of_2(num_splits),
+        num_warps=4,
+    )
+    return out
+
+
+@exercise(LAB, "04_split_kv", "store_kv")
 def store_kv(
     k: torch.Tensor,
     v: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
-) -> None:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Write each new token's key and value into its pool slot with the Triton kernel (in place).
 
     Args:
         k, v: ``[num_tokens, num_kv_heads, head_dim]``, same dtype as the caches.
         k_cache, v_cache: ``[num_blocks, block_size, num_kv_heads, head_dim]``, modified.
         slot_mapping: ``[num_tokens]`` int64, ``block * block_size + offset``; -1 skips the token.
+
+    Returns:
+        ``(k_cache, v_cache)``, the same tensors, written in place (so a caller can chain or check).
     """
     _check_store_inputs(k, v, k_cache, v_cache, slot_mapping)
     _check_kernel_device(k.device)
@@ -778,7 +906,7 @@ def store_kv(
         _require_last_dim_contiguous(name, tensor)
     num_tokens = k.shape[0]
     if num_tokens == 0:
-        return
+        return k_cache, v_cache
     _, block_size, num_kv_heads, head_dim = k_cache.shape
     _store_kv_kernel[(num_tokens,)](
         k,
@@ -803,3 +931,4 @@ def store_kv(
         BLOCK_SIZE=block_size,
         num_warps=4,
     )
+    return k_cache, v_cache

@@ -15,6 +15,7 @@ The functions are grouped by topic, in the order of the book's chapters:
 - paging: ``block_table_diagram``, ``contiguous_vs_paged_memory``, ``block_size_tradeoff``
 - prefill and decode: ``roofline``, ``decode_step_time``
 - attention kernels: ``attention_score_memory``, ``online_softmax_trace``, ``paged_decode_reads``
+- GPU kernels: ``gpu_memory_hierarchy``, ``occupancy_waves``, ``coalescing_efficiency``
 - batching: ``batching_timeline``
 - chunked prefill: ``chunked_prefill_timeline``
 - prefix caching: ``prefix_sharing_diagram``, ``prefix_cache_memory``
@@ -1212,4 +1213,107 @@ def routing_prefix_hit_rate(num_conversations: int = 60, cache_slots: int = 8, n
     ax.set_ylabel("prefix-cache hit rate (%)")
     ax.set_title(f"{num_conversations} conversations, {cache_slots} cached prefixes per replica")
     ax.legend(fontsize=8)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU kernels
+# ---------------------------------------------------------------------------------------------
+
+H100_SMS = 132
+"""Streaming multiprocessors of an NVIDIA H100 SXM."""
+
+H100_MEMORY_LEVELS = (
+    # (level, capacity in bytes for the whole GPU, note)
+    ("registers", 132 * 256 * KIB, "256 KB per SM"),
+    ("shared memory / L1", 132 * 256 * KIB, "256 KB per SM (up to 228 KB shared)"),
+    ("L2 cache", 50 * 10**6, "50 MB, all SMs"),
+    ("HBM3", 80 * 10**9, "80 GB at 3.35 TB/s"),
+)
+"""An H100 SXM's memory hierarchy from the NVIDIA H100 datasheet and Hopper tuning guide."""
+
+
+def gpu_memory_hierarchy() -> Figure:
+    """An H100's memory levels by capacity (log scale): the faster the memory, the less of it.
+
+    Every kernel in Lab 0.3 streams its data from HBM (the only level big enough for weights and a
+    KV cache) through the small on-chip levels; what it can keep on chip (a tile, a running sum)
+    never crosses the 3.35 TB/s bus again.
+    """
+    fig, ax = _new_figure(width=7.5, height=3.2)
+    names = [name for name, _, _ in H100_MEMORY_LEVELS]
+    sizes = [size for _, size, _ in H100_MEMORY_LEVELS]
+    colours = [GREEN, SKY, ORANGE, BLUE]
+    bars = ax.barh(names, sizes, color=colours)
+    ax.set_xscale("log")
+    for bar, (_, size, note) in zip(bars, H100_MEMORY_LEVELS):
+        ax.text(size * 1.3, bar.get_y() + bar.get_height() / 2, note, va="center", fontsize=8)
+    ax.set_xlim(1e6, 1e13)
+    ax.invert_yaxis()
+    ax.set_xlabel("capacity, whole GPU (bytes, log scale)")
+    ax.set_ylabel("memory level (fastest at the top)")
+    ax.set_title("NVIDIA H100 SXM: 132 SMs share one L2 and one HBM")
+    return fig
+
+
+def sm_utilization(num_programs: int) -> float:
+    """Share of an H100's SMs busy on average when ``num_programs`` equal programs run, one per SM at a time.
+
+    The programs run in ``ceil(num_programs / 132)`` waves; the last wave may be partly empty.
+    """
+    _check_int_at_least("num_programs", num_programs, 1)
+    waves = math.ceil(num_programs / H100_SMS)
+    return num_programs / (waves * H100_SMS)
+
+
+def occupancy_waves(max_programs: int = 600) -> Figure:
+    """How busy an H100's SMs are as the grid grows: waves of 132 programs, and the partial last wave.
+
+    A decode-attention grid has one program per (sequence, KV head): 8 programs at batch 1 with 8 KV
+    heads leave 124 SMs idle, 140 programs need two waves of which the second runs 8. (Real SMs
+    run several programs at once; the shape of the curve stays the same.)
+    """
+    _check_int_at_least("max_programs", max_programs, H100_SMS)
+    programs = np.arange(1, max_programs + 1)
+    utilization = np.array([sm_utilization(int(n)) for n in programs]) * 100
+    fig, ax = _new_figure(width=7.5, height=3.2)
+    ax.plot(programs, utilization, color=BLUE, linewidth=1.2)
+    for batch in (1, 16, 64):
+        n = batch * 8
+        if n <= max_programs:
+            ax.plot([n], [sm_utilization(n) * 100], "o", color=VERMILLION)
+            ax.annotate(f"batch {batch} x 8 KV heads: {n} programs", (n, sm_utilization(n) * 100),
+                        xytext=(8, 8) if batch == 1 else (-8, -16), ha="left" if batch == 1 else "right",
+                        textcoords="offset points", fontsize=8)
+    ax.set_ylim(0, 105)
+    ax.set_xlabel("programs in the grid")
+    ax.set_ylabel("SMs busy, averaged over the waves (%)")
+    ax.set_title("One program per SM at a time, 132 SMs")
+    return fig
+
+
+def coalescing_efficiency(max_stride: int = 16, element_bytes: int = 4) -> Figure:
+    """Bytes a warp of 32 lanes moves to get 32 useful elements, as the lanes' stride grows.
+
+    Memory moves in 32-byte sectors. 32 lanes reading consecutive fp32 elements touch 4 sectors
+    (128 bytes, all used); at a stride of 2 elements they touch 8 sectors and use half; from a
+    stride of 8 on, every lane gets a sector of its own and only 4 of its 32 bytes are used.
+    """
+    _check_int_at_least("max_stride", max_stride, 1)
+    _check_int_at_least("element_bytes", element_bytes, 1)
+    strides = np.arange(1, max_stride + 1)
+    sector = 32
+    moved = []
+    for stride in strides:
+        addresses = np.arange(32) * int(stride) * element_bytes
+        moved.append(len(set(addresses // sector)) * sector)
+    useful = 32 * element_bytes
+    efficiency = useful / np.array(moved) * 100
+    fig, ax = _new_figure(width=7.5, height=3.2)
+    ax.plot(strides, efficiency, "o-", color=BLUE)
+    ax.set_ylim(0, 105)
+    ax.set_xticks(strides)
+    ax.set_xlabel(f"stride between the lanes' elements ({element_bytes}-byte elements)")
+    ax.set_ylabel("useful share of the bytes moved (%)")
+    ax.set_title("A warp's load: consecutive addresses use every byte of each 32-byte sector")
     return fig

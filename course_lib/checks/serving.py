@@ -1,0 +1,610 @@
+"""Checks for Lab 0.5 (serving): metrics from the wire, load generation, admission, routing, KV transfer.
+
+Where a student's code talks to a server, the server is the check's own (``ScriptedServer``, or
+the course's real server with a tiny model) and the measurement is made there, on the grader's
+clock: the arrival times a load generator produced, the queue an admission policy let build up.
+Pure functions are compared with the references on crafted inputs that separate the usual mistakes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import threading
+import time
+
+from course_lib.checks import (
+    call_student,
+    check,
+    expect_close,
+    expect_equal,
+    fail,
+    make,
+    register_reference_names,
+    require_own_implementation,
+    student_url,
+)
+from course_lib.checks.fixtures import recorded_check, reference
+
+__all__ = [
+    "admission_cases", "check_admission_decision", "check_admission_live", "check_hash_ring", "check_histogram_quantile",
+    "check_mean_in_flight", "check_open_loop", "check_pack_kv", "check_parse_stream", "check_poisson_arrivals",
+    "check_prefix_key", "check_prefix_router", "check_request_metrics", "check_transfer_in_engine",
+    "check_unpack_kv", "crafted_streams", "live_stream", "random_in_flight_records",
+]
+
+register_reference_names("parse_stream", "request_metrics", "histogram_quantile", "poisson_arrival_times",
+                         "open_loop", "mean_in_flight", "admission_policy", "prefix_key", "HashRing",
+                         "PrefixAwareRouter", "pack_kv", "unpack_kv")
+
+
+def _wire():
+    from course_lib import wire
+
+    return wire
+
+
+# =============================================================================================
+# Chapter 1: metrics from the wire
+# =============================================================================================
+
+
+def _data(event) -> str:
+    return "data: " + (event if isinstance(event, str) else json.dumps(event))
+
+
+def _completion(text, finish=None):
+    return {"object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": finish}]}
+
+
+def _chat(delta, finish=None):
+    return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+def _usage(tokens):
+    return {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": tokens, "total_tokens": 7 + tokens}}
+
+
+def _timed(events, start=10.0, gap=0.05):
+    """Events -> timed lines: each event's data line then a blank line, ``gap`` seconds apart."""
+    lines, clock = [], start
+    for event in events:
+        if isinstance(event, tuple):  # (raw line,) passes through as it is
+            lines.append((clock, event[0]))
+        else:
+            lines.append((clock, _data(event)))
+            lines.append((clock, ""))
+        clock = round(clock + gap, 6)
+    return lines
+
+
+def crafted_streams() -> list[tuple[str, list]]:
+    """(description, timed lines) pairs covering what real streams do."""
+    return [
+        ("completion: three text events, a finish event, usage, [DONE]",
+         _timed([_completion(" The"), _completion(" sea"), _completion(" is"), _completion("", "length"), _usage(3),
+                 "[DONE]"])),
+        ("chat: a role-only first event (no token yet), then content",
+         _timed([_chat({"role": "assistant", "content": ""}), _chat({"content": "Hi"}), _chat({"content": " there"}),
+                 _chat({}, "stop"), _usage(2), "[DONE]"], gap=0.2)),
+        ("a keep-alive comment, 'data:' without a space, an event holding two tokens' text",
+         _timed([(": keep-alive",), _completion(" A"), ("data:" + json.dumps(_completion(" big dog")),), ("",),
+                 _completion("", "length"), _usage(4), "[DONE]"])),
+        ("no usage event, finish on the last text event",
+         _timed([_completion("x"), _completion("y", "stop"), "[DONE]"])),
+        ("events after [DONE] do not count", _timed([_completion("a"), _usage(1), "[DONE]", _completion("late")])),
+    ]
+
+
+@recorded_check
+def check_parse_stream(parse_stream, timed_lines, description: str = "") -> None:
+    """Compare a student's ``parse_stream`` with the reference on one stream."""
+    require_own_implementation(parse_stream, "parse_stream")
+    got = call_student(parse_stream, "parse_stream", timed_lines, show_args=False)
+    expected = reference(_wire().parse_stream)(timed_lines)
+    check(isinstance(got, dict), f"parse_stream should return a dict, got {type(got).__name__}")
+    for key in ("chunk_times", "text", "num_output_tokens", "finish_reason", "done"):
+        hint = {
+            "chunk_times": "one time per event whose text (completions) or delta content (chat) is non-empty: "
+                           "the role-only chat event and the empty finish event carry no token.",
+            "num_output_tokens": "take usage['completion_tokens'] from the event that has a usage; its choices list "
+                                 "is empty.",
+            "done": "the stream ends at the line 'data: [DONE]'; nothing after it counts.",
+        }.get(key)
+        expect_equal(got.get(key), expected[key], f"parse_stream[{key!r}] for the stream: {description}", hint=hint)
+
+
+@recorded_check
+def live_stream(kind: str = "completion", num_tokens: int = 6) -> list:
+    """Timed lines of a real stream from a scripted server, received here (on the check's clock)."""
+    import httpx
+
+    from course_lib.server.scripted import ScriptedServer
+
+    with ScriptedServer(num_tokens=num_tokens, gap_s=0.02) as server:
+        lines = []
+        body = {"prompt": "hi", "max_tokens": num_tokens, "stream": True}
+        with httpx.stream("POST", f"{server.url}/v1/completions", json=body, timeout=10) as response:
+            for line in response.iter_lines():
+                lines.append((time.perf_counter(), line))
+    return lines
+
+
+@recorded_check
+def check_request_metrics(request_metrics, sent_at: float, parsed: dict, description: str = "") -> None:
+    """Compare a student's ``request_metrics`` with the reference on one parsed stream."""
+    require_own_implementation(request_metrics, "request_metrics")
+    got = call_student(request_metrics, "request_metrics", sent_at, parsed, show_args=False)
+    expected = reference(_wire().request_metrics)(sent_at, parsed)
+    check(isinstance(got, dict), f"request_metrics should return a dict, got {type(got).__name__}")
+    hints = {"ttft": "TTFT runs from sending to the first event that carried text.",
+             "tpot": "TPOT = (last chunk - first chunk) / (num_output_tokens - 1): the gaps *after* the first token, "
+                     "counted from the token count (one chunk may carry several tokens); None below 2 tokens.",
+             "e2e": "end-to-end runs from sending to the last event that carried text."}
+    for key in ("ttft", "tpot", "e2e"):
+        if expected[key] is None:
+            expect_equal(got.get(key), None, f"request_metrics[{key!r}] ({description})", hint=hints[key])
+        else:
+            expect_close(got.get(key), expected[key], f"request_metrics[{key!r}] ({description})", rel=1e-9,
+                         abs_=1e-12, hint=hints[key])
+
+
+@recorded_check
+def check_histogram_quantile(histogram_quantile, q: float, buckets, description: str = "") -> None:
+    """Compare a student's ``histogram_quantile`` with Prometheus's estimate (the reference)."""
+    require_own_implementation(histogram_quantile, "histogram_quantile")
+    buckets = [(float(le), float(count)) for le, count in buckets]
+    got = call_student(histogram_quantile, "histogram_quantile", q, buckets)
+    expected = reference(_wire().histogram_quantile)(q, buckets)
+    if math.isnan(expected):
+        check(isinstance(got, float) and math.isnan(got), f"histogram_quantile({q}, {description}) should be nan "
+              f"(no observations), got {got!r}")
+        return
+    expect_close(got, expected, f"histogram_quantile({q}, {description})", rel=1e-9, abs_=1e-12,
+                 hint="rank = q * total; in the first bucket with count >= rank, interpolate linearly from the "
+                      "previous bucket's le (0 for the first) to this le; in the +Inf bucket, answer the largest finite le.")
+
+
+# =============================================================================================
+# Chapter 2: load
+# =============================================================================================
+
+
+@recorded_check
+def check_poisson_arrivals(poisson_arrival_times) -> None:
+    """Statistical checks of a Poisson arrival process (measured on many seeds)."""
+    from statistics import mean, pvariance
+
+    require_own_implementation(poisson_arrival_times, "poisson_arrival_times")
+    first = call_student(poisson_arrival_times, "poisson_arrival_times", 5.0, 20.0, 1)
+    again = call_student(poisson_arrival_times, "poisson_arrival_times", 5.0, 20.0, 1)
+    check(isinstance(first, list) and all(isinstance(t, float) for t in first),
+          "poisson_arrival_times should return a list of floats")
+    expect_equal(again, first, "the same seed should give the same arrivals", hint="use random.Random(seed).")
+    check(first == sorted(first) and all(0 <= t < 20.0 for t in first),
+          "arrival times should increase and lie in [0, duration_s)")
+    counts, gaps = [], []
+    for seed in range(200):
+        counts.append(len(call_student(poisson_arrival_times, "poisson_arrival_times", 4.0, 5.0, seed)))
+    # Gaps from long windows: inside a short window the gaps that fit are biased short.
+    for seed in range(20):
+        times = call_student(poisson_arrival_times, "poisson_arrival_times", 4.0, 100.0, 1000 + seed)
+        gaps += [b - a for a, b in zip(times, times[1:])]
+    # Poisson: the count has mean = variance = rate * duration = 20; gaps are exponential with mean 1/4.
+    expect_close(mean(counts), 20.0, "mean number of arrivals over 200 seeds (rate 4/s, 5 s)", rel=0.08,
+                 hint="draw gaps with mean 1/rate until the clock passes duration_s.")
+    check(pvariance(counts) > 10.0, f"the number of arrivals should vary from seed to seed like a Poisson count "
+          f"(variance about 20); got variance {pvariance(counts):.2f}",
+          hint="do not fix the count at rate * duration: keep drawing gaps until the time runs out.")
+    expect_close(mean(gaps), 0.25, "mean gap between arrivals (rate 4/s)", rel=0.05)
+    spread = pvariance(gaps) ** 0.5
+    expect_close(spread, 0.25, "standard deviation of the gaps (exponential: equal to the mean)", rel=0.12,
+                 hint="gaps must be random exponential draws, not evenly spaced.")
+    short = sum(1 for g in gaps if g < 0.25 * math.log(2)) / len(gaps)
+    expect_close(short, 0.5, "share of gaps shorter than the median ln(2)/rate", abs_=0.04)
+    for rate, duration in ((0.0, 1.0), (1.0, 0.0), (-2.0, 3.0)):
+        try:
+            poisson_arrival_times(rate, duration, 0)
+        except ValueError:
+            continue
+        except Exception as error:  # noqa: BLE001
+            fail(f"poisson_arrival_times({rate}, {duration}, 0) raised {type(error).__name__}, expected ValueError",
+                 show_values=False)
+        fail(f"poisson_arrival_times({rate}, {duration}, 0) should raise ValueError", show_values=False)
+
+
+@recorded_check
+def check_open_loop(open_loop, gap_s: float = 0.15, num_requests: int = 8, service_s: float = 0.6) -> None:
+    """Run the student's generator against a scripted server; judge it by the arrivals the server saw.
+
+    Requests are scheduled ``gap_s`` apart; each answer takes ``service_s``. An open-loop generator
+    lands them ``gap_s`` apart; one that waits for answers lands them ``service_s`` apart, and one
+    that ignores the schedule lands them all at once.
+    """
+    from course_lib import loadtest
+    from course_lib.server.scripted import ScriptedServer
+
+    require_own_implementation(open_loop, "open_loop")
+    num_tokens = 6
+    schedule = [{"at": round(0.5 + gap_s * i, 6), "prompt": f"p{i}", "max_tokens": num_tokens}
+                for i in range(num_requests)]
+    scripted = ScriptedServer(num_tokens=num_tokens, first_delay_s=0.1, gap_s=(service_s - 0.1) / (num_tokens - 1))
+    runner = make(loadtest.BlockingRunner, open_loop)
+    with scripted as server:
+        records = call_student(runner, "open_loop (run to completion)", student_url(server.url), schedule,
+                               show_args=False)
+    arrivals = sorted(scripted.arrivals)
+    expect_equal(len(arrivals), num_requests, "requests the server received",
+                 hint="send every request of the schedule exactly once.")
+    # Align the two clocks on the median lag (a connection set up for the first request can make it
+    # late by itself); an open loop then lands every request within a fraction of a gap of its time,
+    # a closed loop drifts by a whole answer per request.
+    lags = sorted(arrival - item["at"] for arrival, item in zip(arrivals, schedule))
+    lag = lags[len(lags) // 2]
+    offsets = [arrival - lag - schedule[0]["at"] for arrival in arrivals]
+    wanted = [item["at"] - schedule[0]["at"] for item in schedule]
+    worst = max(abs(a - b) for a, b in zip(offsets, wanted))
+    if worst > 0.2:
+        fail("the server saw the requests arrive off schedule (seconds after the first scheduled time, on the "
+             "server's clock aligned on the median lag)",
+             expected=[round(w, 3) for w in wanted], got=[round(o, 3) for o in offsets],
+             hint="each request must leave at its own time, from its own task: awaiting one answer before "
+                  "sending the next is a closed loop, and the schedule slips by a whole answer each time; "
+                  "sending everything at once ignores the schedule.")
+    check(isinstance(records, list) and len(records) == num_requests,
+          f"open_loop should return one record per scheduled request ({num_requests})")
+    for index, record in enumerate(records):
+        check(isinstance(record, dict) and record.get("status") == 200, f"record {index} should be a completed "
+              f"request's record (status 200), got {record if not isinstance(record, dict) else record.get('status')}")
+        expect_equal(record.get("scheduled_at"), schedule[index]["at"], f"record {index}: scheduled_at",
+                     hint="return the records in schedule order, each with its 'at' as 'scheduled_at'.")
+        expect_equal(len(record.get("chunk_times", [])), num_tokens, f"record {index}: text events received")
+        took = record["chunk_times"][-1] - record["sent_at"]
+        expect_close(took, service_s, f"record {index}: seconds from sending to the last chunk", abs_=0.3,
+                     hint="record the times stream_request gives you; do not make them up.")
+
+
+def random_in_flight_records(seed: int, count: int = 12) -> list[dict]:
+    rng = random.Random(seed)
+    records = []
+    for _ in range(count):
+        sent = rng.uniform(0, 5)
+        records.append({"sent_at": sent, "done_at": sent + rng.uniform(0.05, 3)})
+    return records
+
+
+@recorded_check
+def check_mean_in_flight(mean_in_flight, records, start: float, end: float) -> None:
+    require_own_implementation(mean_in_flight, "mean_in_flight")
+    got = call_student(mean_in_flight, "mean_in_flight", records, start, end, show_args=False)
+    expected = reference(_loadtest().mean_in_flight)(records, start, end)
+    expect_close(got, expected, f"mean_in_flight over [{start}, {end}] of {len(records)} records", rel=1e-9, abs_=1e-12,
+                 hint="add up how long each request overlaps [start, end] (clip its [sent_at, done_at]), "
+                      "then divide by end - start.")
+
+
+def _loadtest():
+    from course_lib import loadtest
+
+    return loadtest
+
+
+# =============================================================================================
+# Chapter 3: admission
+# =============================================================================================
+
+
+def _state(**fields) -> dict:
+    state = dict(num_waiting=0, num_running=0, kv_blocks_total=128, kv_blocks_used=0, waiting_blocks=0,
+                 running_blocks=0, block_size=16, max_model_len=2048, num_preemptions=0, num_prompt_tokens=0,
+                 num_prefix_cached_tokens=0)
+    state.update(fields)
+    return state
+
+
+def admission_cases() -> list[tuple[str, dict, dict, dict]]:
+    """(description, request, state, limits) cases separating the rules and their order."""
+    limits = {"max_waiting": 4, "kv_budget_blocks": 100, "retry_after_s": 3}
+    small = {"num_prompt_tokens": 40, "max_tokens": 24}  # 64 tokens = 4 blocks
+    return [
+        ("an idle server", small, _state(), limits),
+        ("longer than the context", {"num_prompt_tokens": 2000, "max_tokens": 100}, _state(), limits),
+        ("more blocks than the whole KV budget", {"num_prompt_tokens": 1000, "max_tokens": 700}, _state(), limits),
+        ("exactly the KV budget on an idle server", {"num_prompt_tokens": 1000, "max_tokens": 600}, _state(), limits),
+        ("the queue is at its bound", small, _state(num_waiting=4, waiting_blocks=16), limits),
+        ("one place left in the queue", small, _state(num_waiting=3, waiting_blocks=12), limits),
+        ("running requests hold most of the budget", small, _state(num_running=8, running_blocks=97), limits),
+        ("waiting requests hold most of the budget (few running)",
+         small, _state(num_waiting=3, waiting_blocks=90, num_running=1, running_blocks=8), limits),
+        ("the budget is met exactly", small, _state(num_running=2, running_blocks=60, num_waiting=2, waiting_blocks=36),
+         limits),
+        ("a full queue and a request that can never fit: 400 first",
+         {"num_prompt_tokens": 3000, "max_tokens": 10}, _state(num_waiting=4), limits),
+        ("no queue at all (max_waiting 0)", small, _state(), {**limits, "max_waiting": 0}),
+    ]
+
+
+@recorded_check
+def check_admission_decision(admission_policy, request: dict, state: dict, limits: dict, description: str = "") -> None:
+    """One decision of the student's policy against the reference's."""
+    from course_lib.server.admission import admission_policy as reference_policy
+
+    require_own_implementation(admission_policy, "admission_policy")
+    got = call_student(admission_policy, "admission_policy", request, state, limits)
+    expected = reference(reference_policy)(request, state, limits)
+    check(isinstance(got, dict) and "status" in got, f"admission_policy should return a dict with 'status', got {got!r}")
+    hint = {200: "admit when no rule refuses.",
+            400: "a request that could never run (context, or more blocks than the whole budget) is a 400, "
+                 "whatever the load: retrying cannot help.",
+            429: "count the blocks promised to *every* admitted request, waiting and running, and the waiting queue "
+                 "against max_waiting."}[expected["status"]]
+    expect_equal(got["status"], expected["status"], f"status for: {description}", hint=hint)
+    if expected["status"] != 200:
+        check(isinstance(got.get("message"), str) and got["message"],
+              f"a {expected['status']} needs a 'message' naming the limit ({description})")
+    if expected["status"] == 429:
+        expect_equal(got.get("retry_after_s"), expected["retry_after_s"], f"retry_after_s for: {description}",
+                     hint="a 429 carries limits['retry_after_s'] (it becomes the Retry-After header).")
+
+
+@recorded_check
+def check_admission_live(admission_policy, burst: int = 16, max_waiting: int = 3, budget: int = 24) -> None:
+    """The student's policy inside the course's real server (tiny model); a burst arrives at once.
+
+    Measured in the server, while the burst runs: the waiting queue never exceeds max_waiting and
+    the blocks promised to admitted requests never exceed the budget; some requests get 429 with
+    Retry-After, and the server still admits as many as fit.
+    """
+    from course_lib import loadtest
+    from course_lib.server.admission import AdmissionLimits
+    from course_lib.server.launch import start_server
+
+    require_own_implementation(admission_policy, "admission_policy")
+    model, tokenizer = _tiny()
+    limits = AdmissionLimits(max_waiting=max_waiting, kv_budget_blocks=budget, retry_after_s=2)
+    peaks = {"waiting": 0, "promised": 0}
+    with start_server(model, tokenizer, model_name="tiny", admission=admission_policy, limits=limits,
+                      num_blocks=64, max_num_seqs=2, max_num_batched_tokens=128) as server:
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.is_set():
+                state = server.backend.state()
+                peaks["waiting"] = max(peaks["waiting"], state.num_waiting)
+                peaks["promised"] = max(peaks["promised"], state.waiting_blocks + state.running_blocks)
+                time.sleep(0.002)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        # 8 prompt tokens or so + 40 = 3 blocks each: the budget of 24 blocks holds 8 requests.
+        records = loadtest.burst(server.url, [f"Burst request {i}" for i in range(burst)], max_tokens=40)
+        done.set()
+        watcher.join()
+    statuses = [r["status"] for r in records]
+    check(peaks["waiting"] <= max_waiting, f"the server's waiting queue reached {peaks['waiting']} requests with "
+          f"max_waiting={max_waiting}", hint="refuse (429) when num_waiting >= max_waiting.")
+    check(peaks["promised"] <= budget, f"admitted requests were promised {peaks['promised']} KV blocks with a budget "
+          f"of {budget}", hint="add the blocks of waiting *and* running requests, and this request's, before admitting.")
+    refused = [r for r in records if r["status"] == 429]
+    check(refused, f"a burst of {burst} requests into a server that holds about {max_waiting + 2} got no 429 "
+          f"(statuses: {statuses})")
+    check(all(r["retry_after"] == 2 for r in refused), "every 429 should carry Retry-After: 2 (limits.retry_after_s)")
+    admitted = statuses.count(200)
+    # However the burst interleaves with the engine, the first max_waiting requests find room.
+    at_least = max(1, min(max_waiting, budget // 3))
+    check(admitted >= at_least, f"only {admitted} of {burst} requests were admitted; an empty server with "
+          f"max_waiting={max_waiting} and a budget of {budget} blocks has room for at least {at_least}",
+          hint="admit while no limit is reached: refuse only when num_waiting >= max_waiting.")
+    check(all(s in (200, 429) for s in statuses), f"unexpected statuses: {sorted(set(statuses))}")
+
+
+_TINY: list = []
+
+
+def _tiny():
+    if not _TINY:
+        from course_lib.server.models import tiny_random_model
+
+        _TINY.append(tiny_random_model())
+    return _TINY[0]
+
+
+# =============================================================================================
+# Chapter 4: routing
+# =============================================================================================
+
+
+def _routing():
+    from course_lib.server import routing
+
+    return routing
+
+
+def _prompts_sharing(prefix_len: int, tails: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    prefix = [rng.randrange(49152) for _ in range(prefix_len)]
+    return [prefix + [rng.randrange(49152) for _ in range(rng.randrange(1, 40))] for _ in range(tails)]
+
+
+@recorded_check
+def check_prefix_key(prefix_key) -> None:
+    require_own_implementation(prefix_key, "prefix_key")
+    ref = reference(_routing().prefix_key)
+    rng = random.Random(5)
+    cases = [("shorter than one block", list(range(10)), 16, 4),
+             ("exactly one block", list(range(16)), 16, 4),
+             ("one full block and a partial one", list(range(30)), 16, 4),
+             ("longer than max_blocks", [rng.randrange(49152) for _ in range(200)], 16, 4),
+             ("block size 4, two blocks max", [rng.randrange(49152) for _ in range(11)], 4, 2)]
+    for description, tokens, block_size, max_blocks in cases:
+        got = call_student(prefix_key, "prefix_key", tokens, block_size, max_blocks, show_args=False)
+        expect_equal(got, ref(tokens, block_size, max_blocks), f"prefix_key for a prompt {description}",
+                     hint="hash token_bytes of the first min(max_blocks, full blocks) blocks with stable_hash; "
+                          "None without a full block.")
+    same = _prompts_sharing(64, 5, 1)
+    keys = {call_student(prefix_key, "prefix_key", p, 16, 4, show_args=False) for p in same}
+    check(len(keys) == 1, "five prompts sharing their first 64 tokens (4 blocks) should share one key",
+          hint="hash only the leading blocks, never the whole prompt: the question after a shared system prompt "
+               "must not change the replica.")
+
+
+@recorded_check
+def check_hash_ring(HashRing, virtual_nodes: int = 16) -> None:
+    require_own_implementation(HashRing, "HashRing")
+    ref_ring = reference(_routing().HashRing)([0, 1, 2], virtual_nodes)
+    ring = call_student(HashRing, "HashRing", [0, 1, 2], virtual_nodes)
+    rng = random.Random(3)
+    keys = [rng.randrange(2 ** 64) for _ in range(40)] + [0, 2 ** 64 - 1]
+    for key in keys:
+        expect_equal(call_student(ring.walk, "walk", key), ref_ring.walk(key), f"HashRing([0, 1, 2]).walk({key})",
+                     hint="positions stable_hash(f'{replica}#{i}'.encode()); start at the first position >= key, "
+                          "wrap around, list each replica once.")
+    before = {key: ring.walk(key)[0] for key in keys}
+    call_student(ring.add, "add", 3)
+    ref_ring.add(3)
+    moved = [key for key in keys if ring.walk(key)[0] != before[key]]
+    check(all(ring.walk(key)[0] == 3 for key in moved), "after add(3), keys that changed replica should all move to 3",
+          hint="consistent hashing: a new replica only takes keys, it never shuffles the others.")
+    for key in keys[:10]:
+        expect_equal(ring.walk(key), ref_ring.walk(key), f"walk({key}) after add(3)")
+    call_student(ring.remove, "remove", 1)
+    ref_ring.remove(1)
+    for key in keys[:10]:
+        expect_equal(ring.walk(key), ref_ring.walk(key), f"walk({key}) after remove(1)")
+
+
+@recorded_check
+def check_prefix_router(PrefixAwareRouter, num_replicas: int = 3, load_factor: float = 1.25, seed: int = 0) -> None:
+    """Decisions of the student's router on a workload with shared prefixes, against the reference."""
+    require_own_implementation(PrefixAwareRouter, "PrefixAwareRouter")
+    options = dict(block_size=16, max_blocks=4, load_factor=load_factor, virtual_nodes=32)
+    router = call_student(PrefixAwareRouter, "PrefixAwareRouter", num_replicas, **options)
+    ref_router = reference(_routing().PrefixAwareRouter)(num_replicas, **options)
+    rng = random.Random(seed)
+    families = [_prompts_sharing(80, 6, seed * 10 + f) for f in range(4)]
+    outstanding = [0] * num_replicas
+    in_flight: list[int] = []
+    for step in range(40):
+        prompt = rng.choice(families)[rng.randrange(6)] if step % 7 else [1, 2, 3]  # every 7th: no full block
+        got = call_student(router.choose, "choose", prompt, list(outstanding), show_args=False)
+        expected = ref_router.choose(prompt, list(outstanding))
+        cap = math.ceil(load_factor * (sum(outstanding) + 1) / num_replicas)
+        check(isinstance(got, int) and 0 <= got < num_replicas, f"choose returned {got!r}, not a replica index")
+        check(outstanding[got] < cap, f"step {step}: replica {got} already holds {outstanding[got]} requests, the "
+              f"cap is {cap} (outstanding {outstanding})", hint="walk the ring past replicas at or over the cap.")
+        expect_equal(got, expected, f"step {step}: replica chosen with outstanding {outstanding}",
+                     hint="key -> ring.walk(key) -> first replica under cap = ceil(load_factor * (sum + 1) / n); "
+                          "no key: the least-loaded replica.")
+        outstanding[got] += 1
+        in_flight.append(got)
+        if rng.random() < 0.5 and in_flight:  # some requests finish
+            outstanding[in_flight.pop(rng.randrange(len(in_flight)))] -= 1
+
+
+# =============================================================================================
+# Chapter 5: KV transfer
+# =============================================================================================
+
+
+def _random_pool(seed: int, num_blocks: int = 12, block_size: int = 4):
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn((3, 2, num_blocks, block_size, 2, 5), generator=generator)
+
+
+@recorded_check
+def check_pack_kv(pack_kv, seed: int, block_table, num_tokens: int) -> None:
+    import torch
+
+    require_own_implementation(pack_kv, "pack_kv")
+    storage = _random_pool(seed)
+    got = call_student(pack_kv, "pack_kv", storage, list(block_table), num_tokens, show_args=False)
+    from course_lib.kv_transfer import pack_kv as reference_pack
+
+    expected = reference(reference_pack)(storage, list(block_table), num_tokens)
+    check(torch.is_tensor(got), f"pack_kv should return a tensor, got {type(got).__name__}")
+    expect_equal(tuple(got.shape), tuple(expected.shape), f"pack_kv(table={list(block_table)}, num_tokens={num_tokens}).shape",
+                 hint="[num_layers, 2, num_tokens, num_kv_heads, head_dim]: only the tokens, not the empty tail of the last block.")
+    check(torch.equal(got, expected), f"pack_kv(table={list(block_table)}, num_tokens={num_tokens}) holds the wrong values",
+          hint="token p is storage[:, :, block_table[p // block_size], p % block_size]; keep the table's order.")
+
+
+@recorded_check
+def check_unpack_kv(unpack_kv, seed: int, block_table, num_tokens: int) -> None:
+    import torch
+
+    from course_lib.kv_transfer import pack_kv as reference_pack
+    from course_lib.kv_transfer import unpack_kv as reference_unpack
+
+    require_own_implementation(unpack_kv, "unpack_kv")
+    payload = reference(reference_pack)(_random_pool(seed + 100), list(range(len(block_table))), num_tokens)
+    receiver = _random_pool(seed)
+    expected = reference(reference_unpack)(payload, receiver.clone(), list(block_table))
+    got = call_student(unpack_kv, "unpack_kv", payload, receiver, list(block_table), show_args=False)
+    check(torch.is_tensor(got), "unpack_kv should return the storage tensor it wrote into")
+    check(torch.equal(got, expected), f"after unpack_kv(table={list(block_table)}, {num_tokens} tokens) the pool differs "
+          "from the expected one", hint="write token p at storage[:, :, block_table[p // block_size], p % block_size] "
+          "and leave every other slot alone (other requests live there).")
+
+
+def _scramble_free_blocks(allocator) -> None:
+    """Take and free most of the pool, so the next request's blocks are neither 0, 1, 2... nor in order."""
+    allocator.allocate("scramble", list(range(26 * allocator.block_size)))
+    allocator.free("scramble")
+
+
+@recorded_check
+def check_transfer_in_engine(pack_kv, unpack_kv, max_tokens: int = 8) -> None:
+    """Prefill in one engine, ship with the student's functions, decode in another: same tokens as one engine.
+
+    Both engines run in this process with the tiny model; the importing engine gets the payload
+    only through the student's ``unpack_kv``, so wrong KV changes the continuation.
+    """
+    from course_lib.engine import LLMEngine
+    from course_lib.sampling import SamplingParams
+    from course_lib.server.disaggregated import _ExportingAllocator, _ImportingAllocator
+
+    require_own_implementation(pack_kv, "pack_kv")
+    model, tokenizer = _tiny()
+    prompt = tokenizer.encode("Shipping the KV cache between two engines, one block at a time. " * 2)
+    prompt = prompt[: len(prompt) - 1] if len(prompt) % 4 == 0 else prompt  # a partial last block
+    greedy = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    colocated = LLMEngine(model, tokenizer, num_blocks=32, block_size=4).generate([prompt], greedy)[0].token_ids
+
+    def student_pack(*args):
+        return call_student(pack_kv, "pack_kv", *args, copy_args=False, show_args=False)
+
+    prefill = LLMEngine(model, tokenizer, allocator=_ExportingAllocator(32, 4, pack=student_pack))
+    _scramble_free_blocks(prefill.allocator)
+    prefill.allocator.kv_cache = prefill.kv_cache
+    prefill.allocator.num_tokens["x"] = len(prompt)
+    prefill.add_request(prompt, SamplingParams(temperature=0, max_tokens=1, ignore_eos=True), request_id="x")
+    first_token = None
+    while prefill.has_unfinished():
+        for output in prefill.step():
+            first_token = output.new_token_ids[0] if output.new_token_ids else first_token
+    payload, _ = prefill.allocator.exported["x"]
+    expect_equal(first_token, colocated[0], "the prefill engine's first token")
+    expect_equal(tuple(payload.shape), (model.config.num_layers, 2, len(prompt), model.config.num_kv_heads,
+                                        model.config.head_dim), "shape of the payload pack_kv sent",
+                 hint="exactly the prompt's tokens: the empty tail of the last block stays home.")
+
+    receiver = _ImportingAllocator(32, 4, unpack=lambda *a: call_student(unpack_kv, "unpack_kv", *a, copy_args=False,
+                                                                         show_args=False))
+    decode = LLMEngine(model, tokenizer, allocator=receiver)
+    receiver.kv_cache = decode.kv_cache
+    _scramble_free_blocks(receiver)
+    receiver.pending["y"] = payload
+    decode.add_request(prompt + [first_token], SamplingParams(temperature=0, max_tokens=max_tokens - 1, ignore_eos=True),
+                       request_id="y")
+    tokens = [first_token]
+    while decode.has_unfinished():
+        for output in decode.step():
+            tokens += output.new_token_ids
+    expect_equal(tokens, colocated, "tokens generated by prefill engine + your KV transfer + decode engine",
+                 hint="the decode engine computes nothing of the prompt: its KV is exactly what your pack_kv sent "
+                      "and your unpack_kv wrote. Compare your functions on one block table by hand.")
+    check(decode.stats.num_batched_tokens == max_tokens - 1, f"the decode engine ran {decode.stats.num_batched_tokens} "
+          f"tokens; with the prompt's KV shipped it should run only the {max_tokens - 1} decode steps")

@@ -1,0 +1,179 @@
+"""The student edition of ``course_lib``: the same source, with the references of locked labs stubbed.
+
+``build_edition(target, locked)`` copies the package and, in every module, replaces the body of each
+function marked ``@exercise(lab, ...)`` with ``lab`` in ``locked`` (and the body of every method of
+such a class) by ``raise NotImplementedError(<where the student writes it>)``. Signatures,
+decorators and docstrings stay, so a student reading the library sees what each piece promises.
+Triton kernels (``@triton.jit``) get an empty body instead: the launcher that calls them raises.
+
+The edit works on source lines located with ``ast``, so everything else in a file (comments, layout)
+is kept byte for byte. ``course_lib/_edition.json`` records the locked labs
+(``course_lib.exercises.locked_labs`` reads it).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import course_lib
+from course_lib.exercises import EDITION_FILE, Exercise, stub_message
+
+__all__ = ["MarkedDefinition", "StubError", "build_edition", "marked_definitions", "stub_source"]
+
+_IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", EDITION_FILE.name, ".ipynb_checkpoints")
+
+
+class StubError(ValueError):
+    """A marked definition the kit builder cannot stub (the message names file and line)."""
+
+
+@dataclass(frozen=True)
+class MarkedDefinition:
+    """A function or class marked with ``@exercise``: where it is and which exercise it answers."""
+
+    qualname: str
+    exercise: Exercise
+    node: ast.AST  # ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+
+    @property
+    def first_line(self) -> int:
+        return min([self.node.lineno, *(d.lineno for d in self.node.decorator_list)])
+
+
+def _exercise_of_decorator(decorator: ast.expr) -> Exercise | None:
+    if not isinstance(decorator, ast.Call):
+        return None
+    func = decorator.func
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+    if name != "exercise":
+        return None
+    values = [arg.value for arg in decorator.args if isinstance(arg, ast.Constant)]
+    keywords = {kw.arg: kw.value.value for kw in decorator.keywords if isinstance(kw.value, ast.Constant)}
+    fields = dict(zip(("lab", "notebook", "answer"), values)) | keywords
+    if set(fields) != {"lab", "notebook", "answer"} or not all(isinstance(v, str) for v in fields.values()):
+        raise StubError(f"line {decorator.lineno}: @exercise needs three string constants (lab, notebook, answer)")
+    return Exercise(fields["lab"], fields["notebook"], fields["answer"])
+
+
+def marked_definitions(tree: ast.Module) -> list[MarkedDefinition]:
+    """Every ``@exercise``-marked function or class of a module, at any nesting depth."""
+    found: list[MarkedDefinition] = []
+
+    def visit(body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                qualname = f"{prefix}{node.name}"
+                markers = [m for m in map(_exercise_of_decorator, node.decorator_list) if m is not None]
+                if markers:
+                    found.append(MarkedDefinition(qualname, markers[0], node))
+                visit(node.body, f"{qualname}.")
+
+    visit(tree.body, "")
+    return found
+
+
+def _is_docstring(statement: ast.stmt) -> bool:
+    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant) \
+        and isinstance(statement.value.value, str)
+
+
+def _is_triton_kernel(node: ast.AST) -> bool:
+    return any("jit" in ast.unparse(decorator) for decorator in getattr(node, "decorator_list", []))
+
+
+def _function_regions(node: ast.AST, message: str, lines: list[str]) -> list[tuple[int, int, str]]:
+    """(first line, last line, replacement) for the body of one function, docstring kept.
+
+    Comments between the docstring (or the signature) and the first statement go with the body.
+    """
+    body = node.body
+    has_docstring = bool(body) and _is_docstring(body[0])
+    statements = body[1:] if has_docstring else body
+    if not statements:
+        return []
+    first = statements[0]
+    if first.lineno == node.lineno:
+        raise StubError(f"line {node.lineno}: {node.name} has its body on the def line; put it on lines of its own")
+    boundary = body[0].end_lineno if has_docstring else node.lineno
+    start = first.lineno
+    while start - 1 > boundary and lines[start - 2].strip().startswith("#") or (
+            start - 1 > boundary and not lines[start - 2].strip()):
+        start -= 1
+    indent = " " * first.col_offset
+    if _is_triton_kernel(node):
+        replacement = f"{indent}pass  # the Triton kernel is an exercise: {message}\n"
+    else:
+        replacement = f"{indent}raise NotImplementedError({message!r})\n"
+    return [(start, node.end_lineno, replacement)]
+
+
+def _regions(definition: MarkedDefinition, module_name: str, lines: list[str]) -> list[tuple[int, int, str]]:
+    node = definition.node
+    if isinstance(node, ast.ClassDef):
+        regions = []
+        for child in ast.walk(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                qualname = f"{module_name}.{definition.qualname}.{child.name}"
+                regions += _function_regions(child, stub_message(qualname, definition.exercise), lines)
+        return regions
+    return _function_regions(node, stub_message(f"{module_name}.{definition.qualname}", definition.exercise), lines)
+
+
+def stub_source(source: str, locked: Iterable[str], module_name: str) -> tuple[str, list[MarkedDefinition]]:
+    """``source`` with the bodies of the definitions marked for a locked lab replaced by stubs.
+
+    Returns the new source and the definitions that were stubbed.
+    """
+    locked = set(locked)
+    tree = ast.parse(source)
+    definitions = [d for d in marked_definitions(tree) if d.exercise.lab in locked]
+    lines = source.splitlines(keepends=True)
+    regions: list[tuple[int, int, str]] = []
+    for definition in definitions:
+        regions += _regions(definition, module_name, lines)
+    # Keep only the outermost of nested regions (a stubbed function inside a stubbed class's method).
+    regions.sort(key=lambda region: (region[0], -region[1]))
+    kept: list[tuple[int, int, str]] = []
+    for region in regions:
+        if kept and region[0] <= kept[-1][1]:
+            continue
+        kept.append(region)
+    for start, end, replacement in reversed(kept):
+        lines[start - 1:end] = [replacement]
+    stubbed = "".join(lines)
+    ast.parse(stubbed)  # a stub that breaks the module's syntax is a bug here, not in the kit
+    return stubbed, definitions
+
+
+def build_edition(target: Path, locked: Iterable[str], *, package_dir: Path | None = None) -> list[MarkedDefinition]:
+    """Write the student edition of ``course_lib`` to ``target/course_lib``; returns what was stubbed.
+
+    ``target`` is the folder that goes on PYTHONPATH. An existing ``target/course_lib`` is replaced.
+    """
+    package_dir = Path(package_dir or Path(course_lib.__file__).parent)
+    locked = sorted(set(locked))
+    destination = Path(target) / "course_lib"
+    if destination.exists():
+        shutil.rmtree(destination)
+    shutil.copytree(package_dir, destination, ignore=_IGNORED)
+    stubbed: list[MarkedDefinition] = []
+    for path in sorted(destination.rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        if "exercise(" not in source:
+            continue
+        module_name = ".".join(("course_lib", *path.relative_to(destination).with_suffix("").parts))
+        module_name = module_name.removesuffix(".__init__")
+        try:
+            new_source, definitions = stub_source(source, locked, module_name)
+        except StubError as error:
+            raise StubError(f"{path.relative_to(destination.parent)}: {error}") from None
+        if definitions:
+            path.write_text(new_source, encoding="utf-8")
+            stubbed += definitions
+    (destination / EDITION_FILE.name).write_text(json.dumps({"locked": locked}, indent=1) + "\n", encoding="utf-8")
+    return stubbed

@@ -1,0 +1,273 @@
+"""The student's kernel: one process per graded notebook, where every line of student code runs.
+
+Started by the grader (``course_lib.grading.student.StudentKernel``), usually inside a sandbox,
+as ``python -m course_lib.grading.kernel --read-fd R --write-fd W`` with ``PYTHONPATH`` pointing at
+the student edition of ``course_lib``. It runs an in-process IPython kernel (the same shell
+JupyterLab uses: magics, ``display``, inline matplotlib, widgets) and serves the grader's requests
+over the channel:
+
+- ``exec_cell(source)``: run a notebook cell; reply with its nbformat outputs;
+- ``global(name)``: a name of the notebook's namespace (a value, or a handle to an object);
+- ``call`` / ``getattr`` / ``setattr`` / ``delattr`` / ``special`` on a handle: what a check does
+  with a student's object;
+- ``build(module, qualname, args, kwargs)``: a platform object of this edition of ``course_lib``
+  (``checks.make``), built here, next to the student's code.
+
+What the student's code prints while serving a request travels back with the reply. Output
+written straight to file descriptors 1 and 2 (C extensions, Triton) goes to a log file and is
+collected the same way, so nothing can write into the channel, which uses its own descriptors.
+
+The grader's time limit arrives as a byte on a third pipe (``--interrupt-fd``): a watcher thread
+turns it into a KeyboardInterrupt in the main thread, but only while student code runs. (A signal
+sent from outside would also reach the sandbox's own processes, which live in another process
+namespace.)
+"""
+
+from __future__ import annotations
+
+import _thread
+import argparse
+import io
+import os
+import signal
+import sys
+import tempfile
+import threading
+from contextlib import contextmanager
+from typing import Any
+
+SPECIAL_OPERATIONS = {
+    "len": len,
+    "bool": bool,
+    "iter": iter,
+    "next": next,
+    "getitem": lambda target, key: target[key],
+    "setitem": lambda target, key, value: target.__setitem__(key, value),
+    "delitem": lambda target, key: target.__delitem__(key),
+    "contains": lambda target, item: item in target,
+    "float": float,
+    "int": int,
+    "index": lambda target: target.__index__(),
+    "repr": repr,
+}
+
+
+class _FdLog:
+    """Descriptors 1 and 2 redirected to a file; ``take()`` returns what was written since last time."""
+
+    def __init__(self) -> None:
+        self.file = tempfile.TemporaryFile(mode="w+b")
+        for fd in (1, 2):
+            os.dup2(self.file.fileno(), fd)
+        self.position = 0
+
+    def take(self) -> str:
+        self.file.flush()
+        end = os.lseek(self.file.fileno(), 0, os.SEEK_END)
+        if end <= self.position:
+            return ""
+        data = os.pread(self.file.fileno(), end - self.position, self.position)
+        self.position = end
+        return data.decode("utf-8", errors="replace")
+
+
+class Kernel:
+    """The request handler of the kernel process (see the module docstring)."""
+
+    def __init__(self, fd_log: _FdLog) -> None:
+        from ipykernel.inprocess.manager import InProcessKernelManager
+
+        self.fd_log = fd_log
+        self.manager = InProcessKernelManager()
+        self.manager.start_kernel()
+        self.client = self.manager.client()
+        self.client.start_channels()
+        self.shell = self.manager.kernel.shell
+        self.in_student_code = False
+        self.listeners: list = []
+        signal.signal(signal.SIGINT, self._on_sigint)
+
+    # ---- signals ------------------------------------------------------------------------------
+
+    def _on_sigint(self, signum, frame) -> None:
+        if self.in_student_code:
+            raise KeyboardInterrupt("interrupted by the grader: the time limit of this cell ran out")
+
+    @contextmanager
+    def _student_code(self):
+        self.in_student_code = True
+        try:
+            yield
+        finally:
+            self.in_student_code = False
+
+    # ---- requests -------------------------------------------------------------------------------
+
+    def handle(self, op: str, args: tuple) -> Any:
+        from course_lib.grading.channel import ProtocolError
+
+        if op == "exec_cell":
+            return self.exec_cell(*args)
+        if op == "global":
+            return self.lookup(*args)
+        if op in ("call", "call_in_place", "getattr", "setattr", "delattr", "special", "build"):
+            return self._run_for_grader(getattr(self, f"_{op}"), args)
+        if op == "listen":
+            return self.listen(*args)
+        raise ProtocolError(f"unknown request {op!r}")
+
+    def listen(self, port: int, path: str) -> None:
+        """Open 127.0.0.1:``port`` here, relayed to the grader's server through the Unix socket ``path``."""
+        from course_lib.grading.relay import relay_tcp_to_unix
+
+        if not isinstance(port, int) or not 0 < port < 65536 or not isinstance(path, str):
+            raise ValueError(f"listen needs a port and a socket path, got {port!r}, {path!r}")
+        self.listeners.append(relay_tcp_to_unix(port, path))
+
+    def lookup(self, name: str) -> Any:
+        namespace = self.shell.user_ns
+        if not isinstance(name, str) or name not in namespace:
+            raise NameError(f"name {name!r} is not defined in the notebook")
+        return namespace[name]
+
+    def _run_for_grader(self, operation, args: tuple) -> Any:
+        """Run student code for the grader, with its printed output captured and sent back."""
+        from course_lib.grading.channel import with_output
+
+        buffer = io.StringIO()
+        saved = sys.stdout, sys.stderr
+        sys.stdout = sys.stderr = buffer
+        try:
+            with self._student_code():
+                value = operation(*args)
+        except BaseException as error:
+            error.captured_output = buffer.getvalue() + self.fd_log.take()  # type: ignore[attr-defined]
+            raise
+        finally:
+            sys.stdout, sys.stderr = saved
+        return with_output(value, buffer.getvalue() + self.fd_log.take())
+
+    @staticmethod
+    def _call(target: Any, call_args: tuple, call_kwargs: dict) -> Any:
+        return target(*call_args, **call_kwargs)
+
+    @staticmethod
+    def _call_in_place(target: Any, call_args: tuple, call_kwargs: dict) -> Any:
+        """A call whose arguments the grader wants back afterwards (the function changes them in place)."""
+        value = target(*call_args, **call_kwargs)
+        return (value, call_args, call_kwargs)
+
+    @staticmethod
+    def _getattr(target: Any, name: str) -> Any:
+        return getattr(target, name)
+
+    @staticmethod
+    def _setattr(target: Any, name: str, value: Any) -> None:
+        setattr(target, name, value)
+
+    @staticmethod
+    def _delattr(target: Any, name: str) -> None:
+        delattr(target, name)
+
+    @staticmethod
+    def _special(target: Any, operation: str, operation_args: tuple) -> Any:
+        if operation not in SPECIAL_OPERATIONS:
+            raise ValueError(f"unknown operation {operation!r}")
+        return SPECIAL_OPERATIONS[operation](target, *operation_args)
+
+    @staticmethod
+    def _build(module: str, qualname: str, call_args: tuple, call_kwargs: dict) -> Any:
+        from course_lib.grading.channel import _resolve_course_attribute
+
+        return _resolve_course_attribute(module, qualname)(*call_args, **call_kwargs)
+
+    # ---- cells ------------------------------------------------------------------------------------
+
+    def exec_cell(self, source: str) -> dict:
+        """Run one notebook cell; its outputs in nbformat form and its execution count."""
+        client = self.client
+        self.fd_log.take()
+        with self._student_code():
+            msg_id = client.execute(source, store_history=True, allow_stdin=False, stop_on_error=False)
+        outputs: list[dict] = []
+        self._drain_iopub(msg_id, outputs)
+        reply = client.get_shell_msg(timeout=5)
+        stray = self.fd_log.take()
+        if stray:
+            _append_stream(outputs, "stdout", stray)
+        content = reply.get("content", {})
+        return {"outputs": outputs, "execution_count": content.get("execution_count"),
+                "status": content.get("status", "ok")}
+
+    def _drain_iopub(self, msg_id: str, outputs: list[dict]) -> None:
+        while True:
+            try:
+                message = self.client.get_iopub_msg(timeout=5)
+            except Exception:  # queue.Empty: everything has been delivered
+                return
+            kind, content = message["msg_type"], message["content"]
+            parent = message.get("parent_header", {}).get("msg_id")
+            if kind == "status" and parent == msg_id and content.get("execution_state") == "idle":
+                return
+            _add_output(outputs, kind, content)
+
+
+def _append_stream(outputs: list[dict], name: str, text: str) -> None:
+    if outputs and outputs[-1].get("output_type") == "stream" and outputs[-1].get("name") == name:
+        outputs[-1]["text"] += text
+    else:
+        outputs.append({"output_type": "stream", "name": name, "text": text})
+
+
+def _add_output(outputs: list[dict], kind: str, content: dict) -> None:
+    """Turn one IOPub message into an nbformat output (the subset a notebook stores)."""
+    if kind == "stream":
+        _append_stream(outputs, content.get("name", "stdout"), content.get("text", ""))
+    elif kind in ("display_data", "update_display_data"):
+        if kind == "display_data":
+            outputs.append({"output_type": "display_data", "data": content.get("data", {}),
+                            "metadata": content.get("metadata", {})})
+    elif kind == "execute_result":
+        outputs.append({"output_type": "execute_result", "data": content.get("data", {}),
+                        "metadata": content.get("metadata", {}),
+                        "execution_count": content.get("execution_count")})
+    elif kind == "error":
+        outputs.append({"output_type": "error", "ename": content.get("ename", "Error"),
+                        "evalue": content.get("evalue", ""), "traceback": content.get("traceback", [])})
+    elif kind == "clear_output":
+        outputs.clear()
+
+
+def _watch_interrupts(fd: int) -> None:
+    """Each byte on ``fd`` is one interrupt from the grader: SIGINT in the main thread."""
+    while True:
+        try:
+            data = os.read(fd, 1)
+        except OSError:
+            return
+        if not data:
+            return
+        _thread.interrupt_main(signal.SIGINT)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="A student kernel serving the course grader (internal).")
+    parser.add_argument("--read-fd", type=int, required=True)
+    parser.add_argument("--write-fd", type=int, required=True)
+    parser.add_argument("--interrupt-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    if os.getcwd() not in sys.path:  # the notebook's folder, after the library (as `import helper` expects)
+        sys.path.append(os.getcwd())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the kernel installs its own handler
+    fd_log = _FdLog()
+    from course_lib.grading.channel import KERNEL, Endpoint
+
+    kernel = Kernel(fd_log)
+    threading.Thread(target=_watch_interrupts, args=(args.interrupt_fd,), daemon=True).start()
+    endpoint = Endpoint(args.read_fd, args.write_fd, KERNEL, kernel.handle)
+    endpoint.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

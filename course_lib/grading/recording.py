@@ -1,0 +1,153 @@
+"""Recording the reference side of every visible check, for the student kit (``course release``).
+
+The kit's visible tests compare a student's answer with results recorded here (see
+``course_lib.checks.fixtures``). For one lab: each release notebook, with its answer cells filled
+with the reference answers, runs top to bottom in a kernel on the instructor edition with
+``COURSE_RECORD_FIXTURES`` set, exactly as a student would run it in JupyterLab (test cells
+included, hidden tests excluded: the release has none). Every visible check call leaves a
+recording; they are written to ``course_lib/checks/recorded/<lab>.json`` together with the
+SHA-256 of every file the run depended on (the lab's solution notebooks and the ``course_lib``
+modules the kernel imported), so ``course release --check`` can tell a stale recording without
+running anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+import nbformat
+
+from course_lib.checks.fixtures import RECORD_ENVIRONMENT
+from course_lib.grading.demo import DemoStudent, build_submission
+from course_lib.grading.layout import GradingError
+from course_lib.grading.notebooks import cell_label, nbgrader_meta
+from course_lib.grading.release import Difference
+from course_lib.grading.sandbox import NONE, Isolation
+from course_lib.grading.student import KernelDied, StudentKernel
+
+__all__ = ["assemble_recordings", "fixture_path", "record_lab", "stale_fixtures", "stale_labs"]
+
+_LOADED_MODULES = ("import sys as _course_sys\n"
+                   "_course_modules = sorted({m.__file__ for n, m in list(_course_sys.modules.items()) "
+                   "if (n == 'course_lib' or n.startswith('course_lib.')) and getattr(m, '__file__', None)})")
+
+
+def fixture_path(root: Path, lab: str) -> Path:
+    return root / "course_lib" / "checks" / "recorded" / f"{lab}.json"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _inputs(root: Path, lab: str, module_files: list[str]) -> dict[str, str]:
+    """{path relative to the repository: SHA-256} of what a lab's recording depends on."""
+    paths = sorted((root / "solutions" / lab).glob("*.ipynb"))
+    package = (root / "course_lib").resolve()
+    for name in module_files:
+        path = Path(name).resolve()
+        if package in path.parents:
+            paths.append(path)
+    return {str(path.resolve().relative_to(root.resolve())): _sha256(path) for path in sorted(set(paths))}
+
+
+def stale_fixtures(root: Path, labs: list[str]) -> list[Difference]:
+    """Labs whose recording is missing or was made from files that have changed since."""
+    differences = []
+    for lab in labs:
+        path = fixture_path(root, lab)
+        shown = str(path.relative_to(root))
+        if not path.is_file():
+            differences.append(Difference(shown, "file", "missing: the kit's visible tests have no recorded results"))
+            continue
+        inputs = json.loads(path.read_text(encoding="utf-8")).get("inputs", {})
+        if not any(name.startswith("solutions/") for name in inputs):
+            differences.append(Difference(shown, "inputs", "records no solution notebooks"))
+        for name, digest in sorted(inputs.items()):
+            current = root / name
+            if not current.is_file():
+                differences.append(Difference(shown, "inputs", f"{name} no longer exists"))
+            elif _sha256(current) != digest:
+                differences.append(Difference(shown, "inputs", f"stale: {name} changed since it was recorded"))
+        known = {name for name in inputs if name.startswith("solutions/")}
+        for notebook in sorted((root / "solutions" / lab).glob("*.ipynb")):
+            if str(notebook.relative_to(root)) not in known:
+                differences.append(Difference(shown, "inputs", f"stale: {notebook.relative_to(root)} is new"))
+    return differences
+
+
+def stale_labs(root: Path, labs: list[str]) -> list[str]:
+    """The labs among ``labs`` whose recording must be made again."""
+    return [lab for lab in labs if stale_fixtures(root, [lab])]
+
+
+def assemble_recordings(jsonl: str) -> dict[str, list[dict]]:
+    """The JSON lines a recording kernel appended, grouped by key (duplicates dropped), keys sorted."""
+    checks: dict[str, list[dict]] = {}
+    for line in jsonl.splitlines():
+        entry = json.loads(line)
+        entries = checks.setdefault(entry.pop("key"), [])
+        if entry not in entries:
+            entries.append(entry)
+    return dict(sorted(checks.items()))
+
+
+def _run_recording(root: Path, lab: str, name: str, notebook, jsonl: Path, scratch: Path,
+                   timeout: int) -> list[str]:
+    """Run one release notebook (reference answers filled in) in a recording kernel; its module files."""
+    workdir = scratch / lab / name
+    workdir.mkdir(parents=True)
+    environment = {RECORD_ENVIRONMENT: str(jsonl)}
+    with StudentKernel(edition=root, workdir=workdir, isolation=Isolation(NONE, "recording"),
+                       environment=environment) as kernel:
+        for index, cell in enumerate(notebook.cells):
+            if cell.cell_type != "code":
+                continue
+            try:
+                outputs = kernel.run_cell(cell.source, timeout)["outputs"]
+            except KernelDied as error:
+                raise GradingError(f"{lab}/{name}: {cell_label(cell, index)}: {error}") from None
+            errors = [o for o in outputs if o.get("output_type") == "error"]
+            if errors and nbgrader_meta(cell).get("grade"):
+                error = errors[0]
+                raise GradingError(f"{lab}/{name}: visible test {cell_label(cell, index)} fails on the reference "
+                                   f"answers: {error.get('ename')}: {str(error.get('evalue'))[:300]}")
+        kernel.run_cell(_LOADED_MODULES, timeout)
+        return list(kernel.lookup("_course_modules"))
+
+
+def record_lab(root: Path, lab: str, *, timeout: int = 600,
+               progress: Callable[[str], None] | None = None) -> Path:
+    """Record the visible checks of ``lab`` (from labs/<lab>, the release) into its fixture file."""
+    root = root.resolve()
+    release_dir, solutions_dir = root / "labs" / lab, root / "solutions" / lab
+    correct = DemoStudent("correct", "the reference answers", "solution")
+    module_files: set[str] = set()
+    with tempfile.TemporaryDirectory(prefix="course-record-") as scratch_name:
+        scratch = Path(scratch_name)
+        jsonl = scratch / "recordings.jsonl"
+        jsonl.touch()
+        for solution_path in sorted(solutions_dir.glob("*.ipynb")):
+            name = solution_path.stem
+            release_path = release_dir / f"{name}.ipynb"
+            if not release_path.is_file():
+                raise GradingError(f"{release_path} is missing: run `course release {lab}` first")
+            notebook = build_submission(nbformat.read(release_path, as_version=4),
+                                        nbformat.read(solution_path, as_version=4), correct, name)
+            module_files.update(_run_recording(root, lab, name, notebook, jsonl, scratch, timeout))
+            if progress:
+                progress(name)
+        checks = assemble_recordings(jsonl.read_text(encoding="utf-8"))
+    data = {"lab": lab, "inputs": _inputs(root, lab, sorted(module_files)), "checks": checks}
+    path = fixture_path(root, lab)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(json.dumps(data, indent=None, separators=(",", ":")) + "\n", encoding="utf-8")
+    os.replace(temporary, path)
+    return path
+

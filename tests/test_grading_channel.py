@@ -1,0 +1,246 @@
+"""The channel between grader and student kernel: what crosses, how, and what a hostile side cannot do.
+
+Two endpoints talk over real pipes in one process: the "kernel" side serves in a thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import pickle
+import threading
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+import torch
+
+from course_lib.grading.channel import (
+    GRADER,
+    KERNEL,
+    Endpoint,
+    ProtocolError,
+    RemoteObject,
+    Shared,
+    StudentError,
+    check_opcodes,
+    describe_error,
+    rebuild_error,
+)
+
+
+class StudentThing:
+    """What a student's answer might return: an object with a lying __eq__."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other):
+        return True
+
+    __hash__ = object.__hash__
+
+    def double(self):
+        print("student output")
+        return self.value * 2
+
+    def __len__(self):
+        return 3
+
+    def __iter__(self):
+        return iter([1, 2, 3])
+
+
+class NeedsGPU(Exception):
+    """A student's look-alike of the checks' own exception."""
+
+
+class KernelHandler:
+    """The kernel side of the tests: a tiny namespace of student objects."""
+
+    def __init__(self):
+        self.namespace = {"thing": StudentThing(21), "make_thing": StudentThing, "values": [1, 2.5, "x"],
+                          "raise_fake_gpu": self.raise_fake_gpu}
+        self.endpoint: Endpoint | None = None
+
+    @staticmethod
+    def raise_fake_gpu():
+        raise NeedsGPU("skipped: needs a GPU")
+
+    def __call__(self, op, args):
+        if op == "global":
+            return self.namespace[args[0]]
+        if op == "call":
+            target, call_args, call_kwargs = args
+            return target(*call_args, **call_kwargs)
+        if op == "getattr":
+            return getattr(*args)
+        if op == "special":
+            target, operation, operation_args = args
+            return {"len": len, "iter": iter, "next": next, "repr": repr}[operation](target, *operation_args)
+        if op == "echo":
+            return args[0]
+        if op == "use_shared":
+            shared, method = args
+            return getattr(shared, method)(5) if method != "__call__" else shared(5)
+        raise ValueError(op)
+
+
+@contextmanager
+def channel_pair():
+    to_kernel_read, to_kernel_write = os.pipe()
+    to_grader_read, to_grader_write = os.pipe()
+    handler = KernelHandler()
+    kernel = Endpoint(to_kernel_read, to_grader_write, KERNEL, handler)
+    handler.endpoint = kernel
+    served = {}
+
+    def grader_handler(op, args):
+        if op == "call_shared":
+            handle_id, method, call_args, call_kwargs = args
+            shared = grader.exported(handle_id)
+            if method not in shared.methods:
+                raise PermissionError(method)
+            target = shared.obj if method == "__call__" else getattr(shared.obj, method)
+            served[method] = served.get(method, 0) + 1
+            return target(*call_args, **call_kwargs)
+        raise PermissionError(op)
+
+    printed = []
+    grader = Endpoint(to_grader_read, to_kernel_write, GRADER, grader_handler, on_output=printed.append)
+    thread = threading.Thread(target=kernel.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield grader, printed, served
+    finally:
+        grader.request("shutdown")
+        thread.join(timeout=5)
+        for fd in (to_kernel_read, to_kernel_write, to_grader_read, to_grader_write):
+            os.close(fd)
+
+
+@pytest.mark.parametrize("value", [
+    None, True, 0, -7, 2**70, 1.5, float("inf"), "text", b"bytes", [1, [2, 3]], (1, "a"), {"a": 1, 2: "b"},
+    {1, 2}, frozenset({3}), range(2, 10, 3), slice(1, 5), 1 + 2j,
+])
+def test_plain_values_cross_unchanged(value):
+    with channel_pair() as (grader, _, _):
+        assert grader.request("echo", value) == value
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.bool])
+def test_tensors_cross_by_value(dtype):
+    tensor = (torch.arange(12).reshape(3, 4) % 3).to(dtype)
+    with channel_pair() as (grader, _, _):
+        back = grader.request("echo", tensor)
+        assert type(back) is torch.Tensor and back.dtype == dtype and torch.equal(back, tensor)
+        empty = grader.request("echo", torch.empty(0, 5))
+        assert empty.shape == (0, 5)
+        view = grader.request("echo", torch.arange(10)[::2])  # not contiguous
+        assert view.tolist() == [0, 2, 4, 6, 8]
+
+
+def test_numpy_and_stdlib_containers_become_plain():
+    with channel_pair() as (grader, _, _):
+        assert np.array_equal(grader.request("echo", np.arange(6).reshape(2, 3)), np.arange(6).reshape(2, 3))
+        assert grader.request("echo", np.int64(5)) == 5 and type(grader.request("echo", np.int64(5))) is int
+        counted = grader.request("echo", collections.Counter("aab"))
+        assert type(counted) is dict and counted == {"a": 2, "b": 1}
+        assert grader.request("echo", collections.deque([1, 2])) == [1, 2]
+        Point = collections.namedtuple("Point", "x y")
+        assert grader.request("echo", Point(1, 2)) == (1, 2)
+
+
+def test_course_enums_and_frozen_dataclasses_cross_by_value():
+    from course_lib.model import ModelConfig
+    from course_lib.scheduler import RequestStatus
+
+    config = ModelConfig(num_layers=1, hidden_size=8, num_q_heads=2, num_kv_heads=1, head_dim=4, vocab_size=10,
+                         intermediate_size=16, max_position_embeddings=32, rope_theta=10000.0, rms_norm_eps=1e-5)
+    with channel_pair() as (grader, _, _):
+        assert grader.request("echo", RequestStatus.RUNNING) is RequestStatus.RUNNING
+        assert grader.request("echo", config) == config
+
+
+def test_student_objects_arrive_as_handles_with_identity_equality():
+    with channel_pair() as (grader, printed, _):
+        thing = grader.request("global", "thing")
+        assert isinstance(thing, RemoteObject)
+        assert thing == thing and not (thing == 42), "a student's __eq__ must not answer for the grader"
+        assert grader.request("global", "thing") is thing, "one object, one handle"
+        assert thing.value == 21
+        assert thing.double() == 42
+        assert len(thing) == 3 and list(thing) == [1, 2, 3]
+        made = grader.request("global", "make_thing")(4)
+        assert isinstance(made, RemoteObject) and made.value == 4
+        assert grader.request("echo", thing) is thing, "a handle sent back stays the same handle"
+        import copy
+
+        assert copy.deepcopy(thing) is thing
+        with pytest.raises(TypeError):
+            pickle.dumps(thing)
+
+
+def test_grader_objects_only_cross_when_lent_and_only_their_methods():
+    class Model:
+        def __call__(self, x):
+            return x + 1
+
+        def forward(self, x):
+            return x * 10
+
+        def secret(self):
+            return "hidden"
+
+    with channel_pair() as (grader, _, served):
+        with pytest.raises(TypeError, match="cannot send"):
+            grader.request("echo", Model())
+        lent = Shared(Model(), ("__call__", "forward"))
+        assert grader.request("use_shared", lent, "__call__") == 6
+        assert grader.request("use_shared", lent, "forward") == 50
+        with pytest.raises(AttributeError, match="only these methods"):
+            grader.request("use_shared", lent, "secret")
+        assert served == {"__call__": 1, "forward": 1}
+
+
+def test_student_errors_never_become_the_checks_own_exceptions():
+    with channel_pair() as (grader, _, _):
+        with pytest.raises(StudentError) as caught:
+            grader.request("global", "raise_fake_gpu")()
+        assert caught.value.ename == "NeedsGPU"
+        assert "raise NeedsGPU" in caught.value.remote_traceback
+
+
+def test_rebuild_error_keeps_builtin_and_platform_types_only():
+    from course_lib.paged import OutOfBlocksError
+
+    assert type(rebuild_error(describe_error(ValueError("bad")), trusted=False)) is ValueError
+    assert type(rebuild_error(describe_error(NotImplementedError()), trusted=False)) is NotImplementedError
+    assert type(rebuild_error(describe_error(OutOfBlocksError("full")), trusted=False)) is OutOfBlocksError
+    for module in ("course_lib.checks", "course_lib.grading.channel", "__main__"):
+        forged = {"type": "CheckFailed", "module": module, "message": "looks like a pass", "traceback": ""}
+        assert type(rebuild_error(forged, trusted=False)) is StudentError
+    assert type(rebuild_error({"type": "SystemExit", "module": "builtins", "message": ""}, trusted=False)) \
+        is StudentError
+
+
+@pytest.mark.parametrize("payload", [
+    pickle.dumps(os.system, protocol=5),                       # GLOBAL
+    pickle.dumps(collections.OrderedDict(a=1), protocol=5),  # REDUCE
+    b"\x80\x05cos\nsystem\n(S'true'\ntR.",                     # protocol 0 GLOBAL + REDUCE
+    b"\x80\x05\x95",                                          # truncated
+])
+def test_the_grader_refuses_pickles_that_could_build_objects(payload):
+    with pytest.raises(ProtocolError):
+        check_opcodes(payload)
+
+
+def test_plain_pickles_pass_the_opcode_check():
+    check_opcodes(pickle.dumps({"a": [1, 2.0, "x", b"y", (None, True)], "s": {1}, "f": frozenset()}, protocol=5))
+
+
+def test_module_names_are_received_only_from_the_allowlist():
+    with channel_pair() as (grader, _, _):
+        assert grader.receive_module("torch") is torch
+        with pytest.raises(ProtocolError, match="not one a test cell may receive"):
+            grader.receive_module("subprocess")

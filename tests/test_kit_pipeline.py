@@ -1,0 +1,115 @@
+"""The student kit end to end: built in a temporary folder, its notebooks run as a student runs them.
+
+For each lab, a kit holding that lab (its earlier labs unlocked, as after their deadlines) is
+built with ``course kit``. Then every notebook runs top to bottom in a kernel on the kit's
+student edition, test cells included, twice:
+
+- as handed out (blank): every visible test fails the way a student expects (the stub's
+  NotImplementedError or a check's message), never with an ImportError, a missing recording or
+  a crash of the platform;
+- with the reference answers typed in: every visible test passes against the recorded results.
+
+The grading side of the same kit (the isolated grader) is covered by test_course_pipeline.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course_lib.exercises import LABS
+from course_lib.grading.demo import DemoStudent, build_submission
+from course_lib.grading.kit import build_kit
+from course_lib.grading.layout import list_labs
+from course_lib.grading.notebooks import nbgrader_meta
+from course_lib.grading.sandbox import NONE, Isolation
+from course_lib.grading.student import StudentKernel
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+LAB_NAMES = list_labs(ROOT / "solutions")
+# What a blank notebook's visible test may fail with: the stub, a check's verdict, or the
+# replay saying the stub's answer left the recorded path. Never an import or platform error.
+EXPECTED_FAILURES = {"NotImplementedError", "CheckFailed", "AssertionError", "OffTheRecord"}
+PLATFORM_FAILURES = {"ImportError", "ModuleNotFoundError", "FileNotFoundError", "KeyError", "AttributeError",
+                     "KernelDied", "CellTimeoutError"}
+
+
+def _kit(lab: str, folder: Path) -> Path:
+    info = LABS.get(lab)
+    kit = build_kit(ROOT, folder / "kit", labs=[lab], unlock=list(info.builds_on) if info else [])
+    return kit.folder
+
+
+def _run(kit: Path, notebook, workdir: Path) -> list[tuple[str, list[dict]]]:
+    """(grade_id, outputs) of every test cell, running the notebook cell by cell like JupyterLab."""
+    workdir.mkdir(parents=True)
+    results = []
+    with StudentKernel(edition=kit, workdir=workdir, isolation=Isolation(NONE, "student's laptop")) as kernel:
+        for cell in notebook.cells:
+            if cell.cell_type != "code":
+                continue
+            outputs = kernel.run_cell(cell.source, 300)["outputs"]
+            if nbgrader_meta(cell).get("grade"):
+                results.append((nbgrader_meta(cell)["grade_id"], outputs))
+    return results
+
+
+def _errors(outputs: list[dict]) -> list[tuple[str, str]]:
+    return [(o.get("ename", ""), str(o.get("evalue", ""))) for o in outputs if o.get("output_type") == "error"]
+
+
+@pytest.fixture(scope="module", params=LAB_NAMES)
+def lab_kit(request, tmp_path_factory):
+    lab = request.param
+    folder = tmp_path_factory.mktemp(lab)
+    return lab, _kit(lab, folder), folder
+
+
+def test_the_kit_holds_the_release_and_nothing_of_the_instructors(lab_kit):
+    lab, kit, _ = lab_kit
+    assert sorted(p.name for p in (kit / "labs" / lab).glob("*.ipynb")) == \
+        sorted(p.name for p in (ROOT / "labs" / lab).glob("*.ipynb"))
+    for forbidden in ("solutions", "autograde", "tests", ".git"):
+        assert not (kit / forbidden).exists(), forbidden
+    text = "\n".join(p.read_text(errors="ignore") for p in kit.rglob("*") if p.is_file() and p.suffix != ".zip")
+    assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text
+    manifest = json.loads((kit / "KIT.json").read_text())
+    assert lab in manifest["locked"] and manifest["labs"] == [lab]
+    assert (kit / "course_lib" / "_edition.json").is_file()
+
+
+def test_blank_notebooks_fail_their_visible_tests_the_way_a_student_expects(lab_kit):
+    lab, kit, folder = lab_kit
+    problems = []
+    for path in sorted((kit / "labs" / lab).glob("*.ipynb")):
+        notebook = nbformat.read(path, as_version=4)
+        for grade_id, outputs in _run(kit, notebook, folder / "blank" / path.stem):
+            errors = _errors(outputs)
+            if not errors:
+                problems.append(f"{path.stem}/{grade_id}: passed on a blank notebook")
+                continue
+            ename, evalue = errors[-1]
+            if ename in PLATFORM_FAILURES or ename not in EXPECTED_FAILURES:
+                problems.append(f"{path.stem}/{grade_id}: {ename}: {evalue[:200]}")
+            if ename == "OffTheRecord" and "no recorded reference result" in evalue:
+                problems.append(f"{path.stem}/{grade_id}: a visible check has no recording: {evalue[:200]}")
+    assert not problems, "\n".join(problems)
+
+
+def test_reference_answers_pass_every_visible_test_in_the_kit(lab_kit):
+    lab, kit, folder = lab_kit
+    correct = DemoStudent("correct", "the reference answers", "solution")
+    problems = []
+    for path in sorted((kit / "labs" / lab).glob("*.ipynb")):
+        solution = nbformat.read(ROOT / "solutions" / lab / path.name, as_version=4)
+        notebook = build_submission(nbformat.read(path, as_version=4), solution, correct, path.stem)
+        for grade_id, outputs in _run(kit, notebook, folder / "solved" / path.stem):
+            for ename, evalue in _errors(outputs):
+                message = re.sub(r"\s+", " ", evalue)[:300]
+                problems.append(f"{path.stem}/{grade_id}: {ename}: {message}")
+    assert not problems, "\n".join(problems)
