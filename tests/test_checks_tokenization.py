@@ -214,6 +214,15 @@ def test_smollm2_embedding_matches_the_gguf_file():
     table = checks.smollm2_embedding_table()
     assert table.shape == (49_152, 576) and table.dtype == torch.float32
 
+    def embed(token_ids, table):
+        return table[torch.as_tensor(token_ids)]
+
+    checks.check_embed(embed, [19556, 905], "smollm2")  # the table named, not passed
+    assert "differ from the table" in _failure(checks.check_embed, lambda ids, table: embed(ids, table) * 2,
+                                               [19556, 905], "smollm2")
+    with pytest.raises(ValueError, match="'smollm2'"):
+        checks.check_embed(embed, [1], "llama")
+
 
 def test_solution_header_announces_the_total_points():
     notebook = nbformat.read(SOLUTION, as_version=4)
