@@ -22,11 +22,8 @@ from course_lib.kv_cache import KVCache
 
 __all__ = ["fastest", "fit_step_time", "time_step"]
 
-LAB = "lab02-prefill-vs-decode"
-CHAPTER = "01_autoregression"
 
-
-@exercise(LAB, CHAPTER, "fastest")
+@exercise("lab02-prefill-vs-decode", "01_autoregression", "fastest")
 def fastest(function: Callable[[], object], repeats: int) -> float:
     """The shortest wall-clock time, in seconds, of ``repeats`` calls of ``function()``.
 
@@ -42,7 +39,7 @@ def fastest(function: Callable[[], object], repeats: int) -> float:
     return best
 
 
-@exercise(LAB, CHAPTER, "time_step")
+@exercise("lab02-prefill-vs-decode", "01_autoregression", "time_step")
 def time_step(model, config, token_ids: Sequence[int], use_cache: bool, repeats: int = 3) -> float:
     """Seconds of the step that produces the token after ``token_ids`` (n = len(token_ids) >= 1).
 
@@ -64,7 +61,7 @@ def time_step(model, config, token_ids: Sequence[int], use_cache: bool, repeats:
         return fastest(lambda: model(last_token, cache.next_positions(1), cache, logits_indices=last_row), repeats)
 
 
-@exercise(LAB, CHAPTER, "fit_step_time")
+@exercise("lab02-prefill-vs-decode", "01_autoregression", "fit_step_time")
 def fit_step_time(context_lens: Sequence[float], seconds: Sequence[float]) -> tuple[float, float]:
     """Least-squares line ``seconds ~ fixed + per_token * context_len``: returns (fixed, per_token).
 

@@ -137,7 +137,7 @@ def hash_block(parent_hash: bytes, token_ids: Sequence[int]) -> bytes:
     return digest.digest()
 
 
-@exercise(PREFIX_CACHING_LAB, "05_beyond_the_basics", "hash_blocks")
+@exercise("lab02-prefill-vs-decode", "05_beyond_the_basics", "hash_blocks")
 def hash_blocks(token_ids: Sequence[int], block_size: int) -> list[bytes]:
     """Chained hashes of the full blocks of ``token_ids``: ``len(token_ids) // block_size`` of them.
 
@@ -154,7 +154,7 @@ def hash_blocks(token_ids: Sequence[int], block_size: int) -> list[bytes]:
     return hashes
 
 
-@exercise(PREFIX_CACHING_LAB, "05_beyond_the_basics", "longest_cached_prefix")
+@exercise("lab02-prefill-vs-decode", "05_beyond_the_basics", "longest_cached_prefix")
 def longest_cached_prefix(token_ids: Sequence[int], cache: Container[bytes], block_size: int) -> int:
     """Leading tokens of ``token_ids`` whose KV ``cache`` (a container of block hashes) holds.
 

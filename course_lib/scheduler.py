@@ -56,7 +56,6 @@ __all__ = [
     "is_legal_transition",
 ]
 
-LAB01 = "lab01-text-to-tensors"
 CHUNKED_PREFILL_LAB = "lab02-prefill-vs-decode"
 
 
@@ -86,7 +85,7 @@ _FINISH_REASON = {
     RequestStatus.FINISHED_LENGTH: "length",
     RequestStatus.FINISHED_ABORTED: "abort",
 }
-@exercise(LAB01, "05_pipeline", "move")
+@exercise("lab01-text-to-tensors", "05_pipeline", "move")
 def is_legal_transition(old: RequestStatus, new: RequestStatus) -> bool:
     """Whether the state machine has an arrow from ``old`` to ``new``; every other move is a scheduler bug.
 
@@ -154,14 +153,14 @@ class Request:
     def is_finished(self) -> bool:
         return self.status.is_finished
 
-    @exercise(LAB01, "05_pipeline", "move")
+    @exercise("lab01-text-to-tensors", "05_pipeline", "move")
     def set_status(self, new_status: RequestStatus) -> None:
         """Move along the state machine; an illegal move (say FINISHED -> RUNNING) raises."""
         if not is_legal_transition(self.status, new_status):
             raise ValueError(f"request {self.request_id!r}: illegal transition {self.status.name} -> {new_status.name}")
         self.status = new_status
 
-    @exercise(LAB01, "05_pipeline", "scheduler")
+    @exercise("lab01-text-to-tensors", "05_pipeline", "scheduler")
     def stop_status(self, max_model_len: int) -> RequestStatus | None:
         """The finished state the last generated token puts the request in, or None to go on.
 
@@ -251,7 +250,7 @@ BatchPlan = list[tuple[Hashable, int]]
 """One step's plan: ``(request_id, num_tokens)`` pairs, decodes first."""
 
 
-@exercise(CHUNKED_PREFILL_LAB, "05_beyond_the_basics", "build_batch")
+@exercise("lab02-prefill-vs-decode", "05_beyond_the_basics", "build_batch")
 def build_batch(decode_ids: Sequence[Hashable], prefill_queue: Sequence[tuple[Hashable, int]], token_budget: int,
                 chunked: bool = True) -> BatchPlan:
     """Fill one step under decode-maximal batching: every decode first, then prompt tokens in queue order.
@@ -354,7 +353,7 @@ def _without_chunking(config: SchedulerConfig) -> SchedulerConfig:
     return replace(config, enable_chunked_prefill=False)
 
 
-@exercise(LAB01, "05_pipeline", "scheduler")
+@exercise("lab01-text-to-tensors", "05_pipeline", "scheduler")
 class Scheduler:
     """Continuous batching with a token budget, chunked prefill and preemption by recompute.
 

@@ -66,7 +66,6 @@ __all__ = [
 ]
 
 LAB = "lab01-text-to-tensors"
-CHAPTER = "01_tokenization"
 
 # GPT-2's pre-tokenization pattern, also the one Hugging Face's ByteLevel pre-tokenizer uses.
 # Alternatives, tried left to right at each position:
@@ -92,7 +91,7 @@ Pair = tuple[int, int]
 # ---------------------------------------------------------------------------------------------
 
 
-@exercise(LAB, CHAPTER, "get_pair_counts")
+@exercise("lab01-text-to-tensors", "01_tokenization", "get_pair_counts")
 def get_pair_counts(ids: Sequence[int]) -> dict[Pair, int]:
     """How often each adjacent pair occurs in ``ids``, overlapping occurrences included.
 
@@ -105,7 +104,7 @@ def get_pair_counts(ids: Sequence[int]) -> dict[Pair, int]:
     return counts
 
 
-@exercise(LAB, CHAPTER, "merge_pair")
+@exercise("lab01-text-to-tensors", "01_tokenization", "merge_pair")
 def merge_pair(ids: Sequence[int], pair: Pair, new_id: int) -> list[int]:
     """``ids`` with every occurrence of ``pair`` replaced by ``new_id``.
 
@@ -125,7 +124,7 @@ def merge_pair(ids: Sequence[int], pair: Pair, new_id: int) -> list[int]:
     return merged
 
 
-@exercise(LAB, CHAPTER, "train_bpe")
+@exercise("lab01-text-to-tensors", "01_tokenization", "train_bpe")
 def best_pair(pair_counts: Mapping[Pair, int]) -> Pair:
     """The pair to merge next: the most frequent; among equally frequent pairs, the smallest.
 
@@ -149,7 +148,7 @@ def pretokenize(text: str) -> list[str]:
     return _WORD_REGEX.findall(text)
 
 
-@exercise(LAB, CHAPTER, "train_bpe")
+@exercise("lab01-text-to-tensors", "01_tokenization", "train_bpe")
 def count_words(text: str, special_tokens: Iterable[str] = ()) -> dict[tuple[int, ...], int]:
     """Occurrences of each pre-tokenized word of ``text``, the word given as its UTF-8 byte values.
 
@@ -180,7 +179,7 @@ def _check_training_input(text: object, vocab_size: object, min_vocab_size: int)
         )
 
 
-@exercise(LAB, CHAPTER, "train_bpe")
+@exercise("lab01-text-to-tensors", "01_tokenization", "train_bpe")
 def train_bpe_naive(text: str, vocab_size: int) -> dict[Pair, int]:
     """Learn BPE merges the slow, obviously correct way: recount every pair before every merge.
 
@@ -208,7 +207,7 @@ def train_bpe_naive(text: str, vocab_size: int) -> dict[Pair, int]:
     return merges
 
 
-@exercise(LAB, CHAPTER, "train_bpe")
+@exercise("lab01-text-to-tensors", "01_tokenization", "train_bpe")
 def train_bpe(
     text: str,
     vocab_size: int,
@@ -281,7 +280,7 @@ def train_bpe(
     return merges
 
 
-@exercise(LAB, CHAPTER, "train_bpe")
+@exercise("lab01-text-to-tensors", "01_tokenization", "train_bpe")
 def _pop_best_pair(heap: list[tuple[int, Pair]], pair_counts: dict[Pair, int]) -> Pair | None:
     """Pop heap entries until one is up to date; return its pair (None when no pair is left)."""
     while heap:
@@ -296,7 +295,7 @@ def _pop_best_pair(heap: list[tuple[int, Pair]], pair_counts: dict[Pair, int]) -
 # ---------------------------------------------------------------------------------------------
 
 
-@exercise(LAB, CHAPTER, "build_vocab")
+@exercise("lab01-text-to-tensors", "01_tokenization", "build_vocab")
 def build_vocab(merges: Mapping[Pair, int]) -> dict[int, bytes]:
     """The bytes each id stands for: ids 0..255 are single bytes, a merged id its parts joined.
 
@@ -309,7 +308,7 @@ def build_vocab(merges: Mapping[Pair, int]) -> dict[int, bytes]:
     return vocab
 
 
-@exercise(LAB, CHAPTER, "encode")
+@exercise("lab01-text-to-tensors", "01_tokenization", "encode")
 def encode_with_merges(text: str, merges: Mapping[Pair, int]) -> list[int]:
     """Ids of ``text`` under ``merges``: per pre-tokenized word, apply the lowest new id first.
 
@@ -329,7 +328,7 @@ def encode_with_merges(text: str, merges: Mapping[Pair, int]) -> list[int]:
     return ids
 
 
-@exercise(LAB, CHAPTER, "decode")
+@exercise("lab01-text-to-tensors", "01_tokenization", "decode")
 def decode_with_merges(ids: Iterable[int], merges: Mapping[Pair, int]) -> str:
     """The text of ``ids``: the bytes of every token joined, then decoded as UTF-8 once.
 
