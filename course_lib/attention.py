@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from course_lib.exercises import exercise
+
 __all__ = [
     "AttentionContext",
     "UncachedAttention",
@@ -109,6 +111,7 @@ def causal_mask(q_len: int, kv_len: int, device: torch.device | str | None = Non
     return key_positions[None, :] <= query_positions[:, None]
 
 
+@exercise("lab02-prefill-vs-decode", "02_prefill", "naive_attention")
 def naive_attention(
     q: Tensor, k: Tensor, v: Tensor, *, causal: bool = True, scale: float | None = None
 ) -> Tensor:
@@ -138,6 +141,7 @@ def naive_attention(
     return output.transpose(0, 1).to(q.dtype)
 
 
+@exercise("lab02-prefill-vs-decode", "02_prefill", "flash_attention")
 def flash_attention(
     q: Tensor,
     k: Tensor,

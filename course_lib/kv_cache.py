@@ -17,13 +17,15 @@ import torch
 from torch import Tensor
 
 from course_lib.attention import sdpa_attention
+from course_lib.exercises import exercise
 
 if TYPE_CHECKING:
     from course_lib.model import ModelConfig
 
-__all__ = ["KVCache", "kv_cache_bytes", "kv_cache_bytes_per_token"]
+__all__ = ["KVCache", "kv_cache_bytes", "kv_cache_bytes_per_token", "tokens_through_model"]
 
 
+@exercise("lab01-text-to-tensors", "03_kv_cache", "kv_cache_bytes_per_token")
 def kv_cache_bytes_per_token(config: ModelConfig, dtype: torch.dtype = torch.float16) -> int:
     """Bytes one token's keys and values take across all layers.
 
@@ -37,6 +39,7 @@ def kv_cache_bytes_per_token(config: ModelConfig, dtype: torch.dtype = torch.flo
     return 2 * config.num_layers * config.num_kv_heads * config.head_dim * element_size
 
 
+@exercise("lab01-text-to-tensors", "03_kv_cache", "kv_cache_bytes")
 def kv_cache_bytes(config: ModelConfig, seq_len: int, batch_size: int = 1, dtype: torch.dtype = torch.float16) -> int:
     """Bytes of keys and values for ``batch_size`` sequences of ``seq_len`` tokens each.
 
@@ -47,6 +50,18 @@ def kv_cache_bytes(config: ModelConfig, seq_len: int, batch_size: int = 1, dtype
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValueError(f"{name} must be an int >= 0, got {value!r}")
     return kv_cache_bytes_per_token(config, dtype) * seq_len * batch_size
+
+
+@exercise("lab01-text-to-tensors", "03_kv_cache", "tokens_through_model")
+def tokens_through_model(prompt_len: int, num_new_tokens: int, use_cache: bool) -> int:
+    """Token positions the model runs to generate ``num_new_tokens`` tokens, one per step.
+
+    With a cache the prompt runs once and each later step runs the token just made:
+    prompt_len + num_new_tokens - 1. Without one, step i (from 0) runs prompt_len + i tokens.
+    """
+    if use_cache:
+        return prompt_len + num_new_tokens - 1
+    return sum(prompt_len + step for step in range(num_new_tokens))
 
 
 class KVCache:

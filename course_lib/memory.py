@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 
+from course_lib.exercises import exercise
 from course_lib.model import ModelConfig
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "activation_numbers_per_token",
     "bytes_per_element",
     "count_parameters",
+    "embedding_bytes",
     "fits_on",
     "inference_memory",
     "kv_cache_memory",
@@ -55,8 +57,9 @@ __all__ = [
 GB = 10**9
 GiB = 2**30
 
+
 # int8/int4 have no torch dtype, so sizes come from this table rather than torch.element_size().
-BYTES_PER_ELEMENT = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "int8": 1.0, "int4": 0.5}
+BYTES_PER_ELEMENT = {"fp64": 8.0, "fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 
 # Training precisions and the bytes each keeps per parameter (weights, gradients, optimizer state).
 TRAINING_PRECISIONS = {
@@ -89,13 +92,24 @@ LLAMA2_13B = ModelConfig(
 )
 
 
+@exercise("lab01-text-to-tensors", "01_tokenization", "bytes_per_element")
 def bytes_per_element(precision: str) -> float:
-    """Bytes one stored number takes: "fp32" 4, "fp16"/"bf16" 2, "int8" 1, "int4" 0.5."""
+    """Bytes one stored number takes: bits / 8 ("fp32" 4, "fp16"/"bf16" 2, "fp8"/"int8" 1, "int4" 0.5).
+
+    Raises ValueError for a precision not in BYTES_PER_ELEMENT, naming the allowed ones.
+    """
     if precision not in BYTES_PER_ELEMENT:
         raise ValueError(f"precision must be one of {sorted(BYTES_PER_ELEMENT)}, got {precision!r}")
     return BYTES_PER_ELEMENT[precision]
 
 
+@exercise("lab01-text-to-tensors", "01_tokenization", "embedding_bytes")
+def embedding_bytes(vocab_size: int, d_model: int, bytes_per_element: float) -> float:
+    """Bytes of a ``[vocab_size, d_model]`` embedding table: vocab_size * d_model * bytes_per_element."""
+    return vocab_size * d_model * bytes_per_element
+
+
+@exercise("lab01-text-to-tensors", "02_training_vs_inference", "tensor_shapes")
 def tensor_shapes(config: ModelConfig, tied_embeddings: bool) -> dict[str, tuple[int, ...]]:
     """Every weight tensor of a Llama model and its torch shape ``[out_features, in_features]``.
 
@@ -131,6 +145,7 @@ def tensor_shapes(config: ModelConfig, tied_embeddings: bool) -> dict[str, tuple
     return shapes
 
 
+@exercise("lab01-text-to-tensors", "02_training_vs_inference", "count_parameters")
 def count_parameters(config: ModelConfig, tied_embeddings: bool) -> int:
     """Number of weights (stored numbers) of the model: the sum of ``tensor_shapes``' sizes.
 
@@ -139,6 +154,7 @@ def count_parameters(config: ModelConfig, tied_embeddings: bool) -> int:
     return sum(math.prod(shape) for shape in tensor_shapes(config, tied_embeddings).values())
 
 
+@exercise("lab01-text-to-tensors", "02_training_vs_inference", "activation_bytes")
 def activation_numbers_per_token(config: ModelConfig, seq_len: int) -> int:
     """Numbers the backward pass keeps for one token of a ``seq_len``-token sequence (all layers).
 
@@ -160,6 +176,7 @@ def activation_numbers_per_token(config: ModelConfig, seq_len: int) -> int:
     return config.num_layers * per_layer + 2 * config.hidden_size + config.vocab_size
 
 
+@exercise("lab01-text-to-tensors", "02_training_vs_inference", "activation_bytes")
 def activation_bytes(config: ModelConfig, batch_size: int, seq_len: int, bytes_per_number: float) -> float:
     """Bytes of activations kept for the backward pass of a batch: [batch_size, seq_len] tokens.
 
@@ -171,6 +188,7 @@ def activation_bytes(config: ModelConfig, batch_size: int, seq_len: int, bytes_p
     return batch_size * seq_len * activation_numbers_per_token(config, seq_len) * bytes_per_number
 
 
+@exercise("lab01-text-to-tensors", "02_training_vs_inference", "training_memory")
 def training_memory(num_parameters: int, precision: str, activations: float) -> dict[str, float]:
     """Bytes training keeps, by component: {"weights", "gradients", "optimizer", "activations"}.
 
@@ -194,6 +212,7 @@ def training_memory(num_parameters: int, precision: str, activations: float) -> 
     }
 
 
+@exercise("lab01-text-to-tensors", "02_training_vs_inference", "inference_memory")
 def kv_cache_memory(config: ModelConfig, batch_size: int, seq_len: int, precision: str = "fp16") -> float:
     """Bytes of keys and values for ``batch_size`` sequences of ``seq_len`` tokens.
 
@@ -207,6 +226,7 @@ def kv_cache_memory(config: ModelConfig, batch_size: int, seq_len: int, precisio
     return per_token * seq_len * batch_size
 
 
+@exercise("lab01-text-to-tensors", "02_training_vs_inference", "inference_memory")
 def inference_memory(
     num_parameters: int,
     precision: str,

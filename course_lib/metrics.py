@@ -24,6 +24,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+from course_lib.exercises import exercise
+
 
 @dataclass
 class RequestMetrics:
@@ -90,6 +92,7 @@ class RequestMetrics:
         return self.first_scheduled_time - self.arrival_time
 
 
+@exercise("lab02-prefill-vs-decode", "04_batching", "percentile")
 def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile (0 <= q <= 100) of ``values`` with linear interpolation (numpy's default)."""
     if not values:
@@ -114,6 +117,7 @@ class LatencyStats:
     p99: float
 
     @classmethod
+    @exercise("lab02-prefill-vs-decode", "04_batching", "compute_metrics")
     def of(cls, values: Sequence[float]) -> LatencyStats:
         return cls(
             count=len(values),
@@ -163,6 +167,7 @@ class MetricsSummary:
         return "\n".join(lines)
 
 
+@exercise("lab02-prefill-vs-decode", "04_batching", "compute_metrics")
 def summarize(metrics: Sequence[RequestMetrics], duration: float | None = None) -> MetricsSummary:
     """Latency statistics and throughput of finished requests.
 

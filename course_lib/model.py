@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from course_lib.attention import AttentionContext, UncachedAttention
+from course_lib.exercises import exercise
 from course_lib.gguf_file import ModelFileMissing, gguf_path, open_gguf, read_field, read_tokenizer_metadata
 from course_lib.kv_cache import KVCache
 
@@ -143,6 +144,7 @@ class ModelConfig:
             eos_token_id=tokenizer.eos_token_id,
         )
 
+    @exercise("lab01-text-to-tensors", "03_kv_cache", "kv_cache_bytes_per_token")
     def kv_bytes_per_token(self, dtype: torch.dtype = torch.float32) -> int:
         """Bytes of KV cache one token needs: 2 (K and V) x layers x kv_heads x head_dim x element size."""
         element_size = torch.empty((), dtype=dtype).element_size()
@@ -502,6 +504,7 @@ def load_smollm2(
 # --------------------------------------------------------------------------------------------
 
 
+@exercise("lab02-prefill-vs-decode", "03_decode", "generate")
 def greedy_generate(
     model: LlamaModel, prompt_ids: Sequence[int], max_new_tokens: int, *, use_cache: bool = True
 ) -> list[int]:

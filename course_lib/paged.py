@@ -17,18 +17,27 @@ append or free is the scheduler's decision (``course_lib.scheduler``).
 
 ``AllocatorProtocol`` is everything the scheduler and engine ask of an allocator; a student's
 allocator that has these members can serve the real model through ``LLMEngine``.
+
+Prefix caching rests on two functions, ``hash_blocks`` (the chained hashes of a sequence's full
+blocks) and ``longest_cached_prefix`` (how many leading tokens a cache of those hashes already
+holds). They are Lab 0.2's exercises, and ``BlockAllocator`` takes a student's versions as
+arguments, so a student's hashing drives the real engine's cache. ``BlockAllocator`` itself is the
+reference answer of Lab 0.1 chapter 4.
 """
 
 from __future__ import annotations
 
 import hashlib
+import warnings
 from array import array
 from collections import OrderedDict, deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Container, Hashable, Sequence
 from typing import Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
+
+from course_lib.exercises import exercise, is_locked, unlock_hint
 
 __all__ = [
     "AllocatorProtocol",
@@ -36,9 +45,12 @@ __all__ = [
     "OutOfBlocksError",
     "PagedKVCache",
     "hash_block",
+    "hash_blocks",
+    "longest_cached_prefix",
 ]
 
 SeqId = Hashable
+PREFIX_CACHING_LAB = "lab02-prefill-vs-decode"
 
 
 class OutOfBlocksError(RuntimeError):
@@ -125,37 +137,105 @@ def hash_block(parent_hash: bytes, token_ids: Sequence[int]) -> bytes:
     return digest.digest()
 
 
+@exercise("lab02-prefill-vs-decode", "05_beyond_the_basics", "hash_blocks")
+def hash_blocks(token_ids: Sequence[int], block_size: int) -> list[bytes]:
+    """Chained hashes of the full blocks of ``token_ids``: ``len(token_ids) // block_size`` of them.
+
+    Entry i is ``hash_block(entry i - 1 (b"" for i = 0), token_ids[i * block_size : (i + 1) * block_size])``.
+    A partial last block gets no hash: its content is not final, nobody could reuse it.
+    """
+    if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
+        raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
+    hashes: list[bytes] = []
+    parent = b""
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        parent = hash_block(parent, list(token_ids[start : start + block_size]))
+        hashes.append(parent)
+    return hashes
+
+
+@exercise("lab02-prefill-vs-decode", "05_beyond_the_basics", "longest_cached_prefix")
+def longest_cached_prefix(token_ids: Sequence[int], cache: Container[bytes], block_size: int) -> int:
+    """Leading tokens of ``token_ids`` whose KV ``cache`` (a container of block hashes) holds.
+
+    Blocks are looked up in order and the lookup stops at the first miss. At most
+    ``(len(token_ids) - 1) // block_size`` blocks count: the last token must run through the model
+    to give the logits of the next one. Returns a multiple of block_size, always < len(token_ids).
+    """
+    usable_blocks = max(len(token_ids) - 1, 0) // block_size
+    num_hits = 0
+    for block_hash in hash_blocks(token_ids, block_size)[:usable_blocks]:
+        if block_hash not in cache:
+            break
+        num_hits += 1
+    return num_hits * block_size
+
+
+_reference_hash_blocks = hash_blocks
+_reference_longest_cached_prefix = longest_cached_prefix
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    """A platform feature turned off in this edition of the library: say so once per process."""
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(message, stacklevel=3)
+
+
+@exercise("lab01-text-to-tensors", "04_paging", "block_allocator")
 class BlockAllocator:
     """Free list, ref counts, block tables, copy-on-write and (optionally) prefix caching.
 
     num_blocks: blocks in the pool; block_size: token slots per block.
     enable_prefix_caching: keep the contents of freed full blocks findable by their chained hash,
     so a later sequence starting with the same tokens reuses them instead of recomputing them.
+    hash_blocks, longest_cached_prefix: the two functions prefix caching runs on (the signatures of
+    this module's ``hash_blocks`` and ``longest_cached_prefix``); None takes this module's. Pass your
+    own (Lab 0.2 chapter 5) to run the engine's prefix cache on them. What they return is checked:
+    a wrong answer raises ValueError here rather than serving another request's keys and values.
 
     Free blocks live in two lists. Blocks with no cached content are handed out first; then free
     blocks that still hold a cached prefix are evicted, least recently used first.
     """
 
-    def __init__(self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = False) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        *,
+        enable_prefix_caching: bool = False,
+        hash_blocks: Callable[[Sequence[int], int], Sequence[bytes]] | None = None,
+        longest_cached_prefix: Callable[[Sequence[int], Container[bytes], int], int] | None = None,
+    ) -> None:
         if not isinstance(num_blocks, int) or num_blocks < 1:
             raise ValueError(f"num_blocks must be an integer >= 1, got {num_blocks!r}")
         if not isinstance(block_size, int) or block_size < 1:
             raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
         self.num_blocks = num_blocks
         self.block_size = block_size
+        if enable_prefix_caching and is_locked(PREFIX_CACHING_LAB) and (
+                hash_blocks is None or longest_cached_prefix is None):
+            _warn_once("prefix caching", "prefix caching is off: it runs on hash_blocks and longest_cached_prefix, "
+                       "your exercises in Lab 0.2 chapter 5; pass yours to BlockAllocator, or wait: "
+                       + unlock_hint(PREFIX_CACHING_LAB))
+            enable_prefix_caching = False
         self.enable_prefix_caching = enable_prefix_caching
+        self._hash_blocks = hash_blocks or _reference_hash_blocks
+        self._longest_cached_prefix = longest_cached_prefix or _reference_longest_cached_prefix
 
         self.ref_counts = [0] * num_blocks
         self._free_uncached: deque[int] = deque(range(num_blocks))
         # Free blocks whose content is still cached, least recently freed first (the LRU order).
         self._free_cached: OrderedDict[int, None] = OrderedDict()
-        self._hash_of_block: list[bytes | None] = [None] * num_blocks
-        self._block_of_hash: dict[bytes, int] = {}
+        self._hash_of_block: list[Hashable | None] = [None] * num_blocks
+        self._block_of_hash: dict[Hashable, int] = {}
 
         self._tables: dict[SeqId, list[int]] = {}
         self._num_slots: dict[SeqId, int] = {}
         # Chained hashes of the sequence's leading full blocks whose KV is known to be computed.
-        self._seq_hashes: dict[SeqId, list[bytes]] = {}
+        self._seq_hashes: dict[SeqId, list[Hashable]] = {}
 
         self.num_prefix_hit_tokens = 0
         """Tokens whose KV came from the prefix cache, summed over all allocations."""
@@ -289,10 +369,12 @@ class BlockAllocator:
         table = self._table(seq_id)
         hashes = self._seq_hashes[seq_id]
         num_full_blocks = min(num_computed_tokens, len(token_ids)) // self.block_size
-        while len(hashes) < num_full_blocks:
-            index = len(hashes)
-            parent = hashes[-1] if hashes else b""
-            block_hash = hash_block(parent, token_ids[index * self.block_size : (index + 1) * self.block_size])
+        if num_full_blocks <= len(hashes):
+            return
+        # The computed tokens, the last block possibly partial: only its full blocks get hashes.
+        new_hashes = self._checked_hashes(list(token_ids[: min(num_computed_tokens, len(token_ids))]))
+        for index in range(len(hashes), num_full_blocks):
+            block_hash = new_hashes[index]
             hashes.append(block_hash)
             block = table[index]
             # Another block may already hold these tokens (two requests computed the same prefix
@@ -335,15 +417,40 @@ class BlockAllocator:
         """Blocks holding the longest cached run of full blocks, at most len(token_ids) - 1 tokens."""
         if not self.enable_prefix_caching:
             return []
-        blocks: list[int] = []
-        parent = b""
-        for index in range((len(token_ids) - 1) // self.block_size):
-            parent = hash_block(parent, token_ids[index * self.block_size : (index + 1) * self.block_size])
-            block = self._block_of_hash.get(parent)
-            if block is None:
-                break
-            blocks.append(block)
-        return blocks
+        token_ids = list(token_ids)
+        num_cached = self._longest_cached_prefix(token_ids, self._block_of_hash, self.block_size)
+        if (not isinstance(num_cached, int) or isinstance(num_cached, bool) or num_cached < 0
+                or num_cached % self.block_size or num_cached >= max(len(token_ids), 1)):
+            raise ValueError(
+                f"longest_cached_prefix returned {num_cached!r} for a prompt of {len(token_ids)} tokens: it must be "
+                f"a multiple of block_size ({self.block_size}) and less than the prompt's length"
+            )
+        num_blocks = num_cached // self.block_size
+        if num_blocks == 0:
+            return []
+        hashes = self._checked_hashes(token_ids)[:num_blocks]
+        missing = [index for index, block_hash in enumerate(hashes) if block_hash not in self._block_of_hash]
+        if missing:
+            raise ValueError(
+                f"longest_cached_prefix returned {num_cached} tokens ({num_blocks} blocks), but block {missing[0]}'s "
+                "hash is not in the cache: count only leading blocks that hit, and stop at the first miss"
+            )
+        return [self._block_of_hash[block_hash] for block_hash in hashes]
+
+    def _checked_hashes(self, token_ids: list[int]) -> list[Hashable]:
+        """``hash_blocks(token_ids, block_size)``, checked: one hashable value per full block."""
+        hashes = list(self._hash_blocks(token_ids, self.block_size))
+        num_blocks = len(token_ids) // self.block_size
+        if len(hashes) != num_blocks:
+            raise ValueError(f"hash_blocks returned {len(hashes)} hashes for {len(token_ids)} tokens in blocks of "
+                             f"{self.block_size}; it must return one per full block ({num_blocks})")
+        for block_hash in hashes:
+            try:
+                hash(block_hash)
+            except TypeError:
+                raise ValueError(f"hash_blocks returned a {type(block_hash).__name__}; a block hash must be "
+                                 "hashable (bytes from hash_block)") from None
+        return hashes
 
     def _take(self, block: int) -> None:
         """Add one holder to ``block`` (a prefix-cache hit), taking it out of the free list if there."""

@@ -32,6 +32,8 @@ from typing import Protocol
 
 import torch
 
+from course_lib.exercises import exercise
+
 __all__ = [
     "A100_SXM",
     "H100_SXM",
@@ -111,6 +113,7 @@ def _require_positive(name: str, value) -> None:
         raise ValueError(f"{name} must be a number > 0, got {value!r}")
 
 
+@exercise("lab02-prefill-vs-decode", "02_prefill", "linear_cost")
 def linear_cost(num_tokens: int, in_features: int, out_features: int, bytes_per_element: float) -> Cost:
     """One linear layer ``y = x @ W^T`` over ``num_tokens`` tokens.
 
@@ -127,6 +130,7 @@ def linear_cost(num_tokens: int, in_features: int, out_features: int, bytes_per_
     return Cost(float(flops), float(elements * bytes_per_element))
 
 
+@exercise("lab02-prefill-vs-decode", "02_prefill", "attention_cost")
 def attention_cost(
     q_len: int,
     kv_len: int,
@@ -171,6 +175,7 @@ class _ModelSizes(Protocol):
     intermediate_size: int
 
 
+@exercise("lab02-prefill-vs-decode", "03_decode", "decode_step_cost")
 def forward_cost(
     config: _ModelSizes, num_seqs: int, q_len: int, kv_len: int, bytes_per_element: float
 ) -> Cost:
@@ -209,6 +214,29 @@ def forward_cost(
     layer = layer + Cost(attention.flops * num_seqs, attention.bytes * num_seqs)
     lm_head = linear_cost(num_seqs, hidden, config.vocab_size, bytes_per_element)
     return Cost(layer.flops * config.num_layers, layer.bytes * config.num_layers) + lm_head
+
+
+@exercise("lab02-prefill-vs-decode", "01_autoregression", "generation_flops")
+def generation_flops(config: _ModelSizes, num_parameters: int, prompt_len: int, new_tokens: int,
+                     use_cache: bool) -> int:
+    """FLOPs to generate ``new_tokens`` tokens after a ``prompt_len``-token prompt, pass by pass.
+
+    Pass k (k = 1..new_tokens) works on a sequence of n = prompt_len + k - 1 tokens. A whole-sequence
+    pass (every pass without a cache, the first one with it) costs 2 * N * n for the weights plus
+    4 * L * H * d * n * (n + 1) / 2 for causal attention; a cached decode pass costs 2 * N plus
+    4 * L * H * d * n (one new token attending over n keys, itself included).
+    """
+    _require_int("prompt_len", prompt_len, 1)
+    _require_int("new_tokens", new_tokens, 0)
+    per_key = 4 * config.num_layers * config.num_q_heads * config.head_dim
+    total = 0
+    for step in range(1, new_tokens + 1):
+        seq_len = prompt_len + step - 1
+        if use_cache and step > 1:
+            total += 2 * num_parameters + per_key * seq_len
+        else:
+            total += 2 * num_parameters * seq_len + per_key * seq_len * (seq_len + 1) // 2
+    return total
 
 
 def attainable_flops(intensity: float, machine: Machine) -> float:

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
+from course_lib.exercises import exercise
+
 # Temperatures below this count as greedy. Dividing logits by a tiny positive number overflows fp32
 # to inf, and the resulting distribution is the argmax anyway (vLLM uses the same cut-off).
 GREEDY_TEMPERATURE = 1e-5
@@ -178,6 +180,7 @@ def _check_logits(logits: torch.Tensor) -> None:
         raise TypeError(f"logits must be a floating-point tensor, got {logits.dtype}")
 
 
+@exercise("lab01-text-to-tensors", "05_pipeline", "temperature_top_k")
 def apply_temperature(logits: torch.Tensor, temperature) -> torch.Tensor:
     """Logits divided row by row by the temperature.
 
@@ -192,6 +195,7 @@ def apply_temperature(logits: torch.Tensor, temperature) -> torch.Tensor:
     return logits / temperature.unsqueeze(1)
 
 
+@exercise("lab01-text-to-tensors", "05_pipeline", "temperature_top_k")
 def top_k_filter(logits: torch.Tensor, top_k) -> torch.Tensor:
     """Keep, in each row, the tokens whose logit is at least the k-th largest; the rest become -inf.
 
@@ -219,6 +223,7 @@ def top_k_filter(logits: torch.Tensor, top_k) -> torch.Tensor:
     return filtered
 
 
+@exercise("lab01-text-to-tensors", "05_pipeline", "top_p")
 def top_p_filter(logits: torch.Tensor, top_p) -> torch.Tensor:
     """Nucleus filter: keep the smallest set of most likely tokens whose probability sum reaches top_p.
 
@@ -252,6 +257,7 @@ def top_p_filter(logits: torch.Tensor, top_p) -> torch.Tensor:
     return filtered
 
 
+@exercise("lab01-text-to-tensors", "05_pipeline", "min_p")
 def min_p_filter(logits: torch.Tensor, min_p) -> torch.Tensor:
     """Keep tokens whose probability is at least ``min_p`` times the row's largest probability.
 

@@ -20,6 +20,12 @@ Each ``schedule()`` spends a token budget (``max_num_batched_tokens``):
 ``update(output, sampled_token_ids)`` is the bookkeeping after the model ran: advance
 ``num_computed_tokens``, append the sampled tokens, finish requests that hit a stop condition,
 and free their blocks.
+
+How many tokens each prefill gets in a step is one function, ``build_batch(decode_ids,
+prefill_queue, token_budget, chunked)`` (decode-maximal batching, Lab 0.2 chapter 5): the
+scheduler asks it to plan every step, and takes a student's version as an argument. The
+scheduler keeps what only it can know: which decodes have a slot, which waiting request's blocks
+fit, and ``max_num_seqs``. ``Scheduler`` is the reference answer of Lab 0.1 chapter 5.
 """
 
 from __future__ import annotations
@@ -28,14 +34,17 @@ import bisect
 import enum
 import itertools
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from course_lib.exercises import exercise, is_locked, unlock_hint
 from course_lib.metrics import RequestMetrics
 from course_lib.paged import AllocatorProtocol
 
 __all__ = [
+    "BatchPlan",
     "Request",
     "RequestStatus",
     "ScheduledChunk",
@@ -43,7 +52,11 @@ __all__ = [
     "SchedulerConfig",
     "SchedulerOutput",
     "SchedulerProtocol",
+    "build_batch",
+    "is_legal_transition",
 ]
+
+CHUNKED_PREFILL_LAB = "lab02-prefill-vs-decode"
 
 
 class RequestStatus(enum.Enum):
@@ -72,12 +85,21 @@ _FINISH_REASON = {
     RequestStatus.FINISHED_LENGTH: "length",
     RequestStatus.FINISHED_ABORTED: "abort",
 }
-# The state machine: every other move is a bug in the scheduler and raises.
-_LEGAL_TRANSITIONS = {
-    RequestStatus.WAITING: {RequestStatus.RUNNING, RequestStatus.FINISHED_ABORTED},
-    RequestStatus.RUNNING: {RequestStatus.PREEMPTED} | _FINISHED,
-    RequestStatus.PREEMPTED: {RequestStatus.RUNNING, RequestStatus.FINISHED_ABORTED},
-}
+@exercise("lab01-text-to-tensors", "05_pipeline", "move")
+def is_legal_transition(old: RequestStatus, new: RequestStatus) -> bool:
+    """Whether the state machine has an arrow from ``old`` to ``new``; every other move is a scheduler bug.
+
+    WAITING -> RUNNING or FINISHED_ABORTED; RUNNING -> PREEMPTED or any finished state; PREEMPTED ->
+    RUNNING or FINISHED_ABORTED. Finished states never move again.
+    """
+    finished = {RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH, RequestStatus.FINISHED_ABORTED}
+    legal = {
+        RequestStatus.WAITING: {RequestStatus.RUNNING, RequestStatus.FINISHED_ABORTED},
+        RequestStatus.RUNNING: {RequestStatus.PREEMPTED} | finished,
+        RequestStatus.PREEMPTED: {RequestStatus.RUNNING, RequestStatus.FINISHED_ABORTED},
+    }
+    return new in legal.get(old, set())
+
 
 @dataclass(eq=False)
 class Request:
@@ -131,12 +153,14 @@ class Request:
     def is_finished(self) -> bool:
         return self.status.is_finished
 
+    @exercise("lab01-text-to-tensors", "05_pipeline", "move")
     def set_status(self, new_status: RequestStatus) -> None:
         """Move along the state machine; an illegal move (say FINISHED -> RUNNING) raises."""
-        if new_status not in _LEGAL_TRANSITIONS.get(self.status, set()):
+        if not is_legal_transition(self.status, new_status):
             raise ValueError(f"request {self.request_id!r}: illegal transition {self.status.name} -> {new_status.name}")
         self.status = new_status
 
+    @exercise("lab01-text-to-tensors", "05_pipeline", "scheduler")
     def stop_status(self, max_model_len: int) -> RequestStatus | None:
         """The finished state the last generated token puts the request in, or None to go on.
 
@@ -222,6 +246,68 @@ class SchedulerProtocol(Protocol):
         ...
 
 
+BatchPlan = list[tuple[Hashable, int]]
+"""One step's plan: ``(request_id, num_tokens)`` pairs, decodes first."""
+
+
+@exercise("lab02-prefill-vs-decode", "05_beyond_the_basics", "build_batch")
+def build_batch(decode_ids: Sequence[Hashable], prefill_queue: Sequence[tuple[Hashable, int]], token_budget: int,
+                chunked: bool = True) -> BatchPlan:
+    """Fill one step under decode-maximal batching: every decode first, then prompt tokens in queue order.
+
+    decode_ids: the requests that decode this step (1 token each), in order. prefill_queue:
+    ``(request_id, tokens left)`` pairs, oldest first. With ``chunked`` each prompt takes
+    ``min(tokens left, budget left)`` while budget is left, so at most the last one is cut into a
+    chunk; without it a prompt runs whole or not at all, and the first one that does not fit ends
+    the batch (nobody overtakes it). Returns ``(request_id, num_tokens)`` pairs, none with 0 tokens.
+    Raises ValueError when the decodes alone exceed ``token_budget``.
+    """
+    if not isinstance(token_budget, int) or isinstance(token_budget, bool) or token_budget < 1:
+        raise ValueError(f"token_budget must be an integer >= 1, got {token_budget!r}")
+    if len(decode_ids) > token_budget:
+        raise ValueError(f"{len(decode_ids)} decodes do not fit in token_budget {token_budget}")
+    batch: BatchPlan = [(request_id, 1) for request_id in decode_ids]
+    budget = token_budget - len(decode_ids)
+    for request_id, tokens_left in prefill_queue:
+        if budget == 0:
+            break
+        if not chunked and tokens_left > budget:
+            break  # the head of the line does not fit whole: it waits, and so does everyone behind it
+        num_tokens = min(tokens_left, budget)
+        batch.append((request_id, num_tokens))
+        budget -= num_tokens
+    return batch
+
+
+_reference_build_batch = build_batch
+
+
+def _check_plan(plan: Any, decode_ids: Sequence[Hashable], prefill_queue: Sequence[tuple[Hashable, int]],
+                token_budget: int) -> BatchPlan:
+    """The plan a build_batch returned, checked against what the engine can run; ValueError otherwise."""
+    try:
+        pairs = [(request_id, num_tokens) for request_id, num_tokens in plan]
+    except (TypeError, ValueError):
+        raise ValueError(f"build_batch must return a list of (request_id, num_tokens) pairs, got {plan!r}") from None
+    expected_decodes = [(request_id, 1) for request_id in decode_ids]
+    if pairs[: len(decode_ids)] != expected_decodes:
+        raise ValueError(f"build_batch must start with every decode, one token each, in order: expected "
+                         f"{expected_decodes}, got {pairs[: len(decode_ids)]}")
+    tokens_left = dict(prefill_queue)
+    seen = set()
+    for request_id, num_tokens in pairs[len(decode_ids):]:
+        if request_id not in tokens_left or request_id in seen:
+            raise ValueError(f"build_batch planned {request_id!r}, which is not (or no longer) in the prefill queue")
+        if not isinstance(num_tokens, int) or isinstance(num_tokens, bool) or not 1 <= num_tokens <= tokens_left[request_id]:
+            raise ValueError(f"build_batch gave {request_id!r} {num_tokens!r} tokens; it has {tokens_left[request_id]} "
+                             "left (1 at least)")
+        seen.add(request_id)
+    total = sum(num_tokens for _, num_tokens in pairs)
+    if total > token_budget:
+        raise ValueError(f"build_batch planned {total} tokens, more than the token budget ({token_budget})")
+    return pairs
+
+
 _POLICIES = ("fcfs", "priority")
 
 
@@ -261,19 +347,39 @@ class SchedulerConfig:
             raise TypeError(f"enable_chunked_prefill must be a bool, got {self.enable_chunked_prefill!r}")
 
 
+def _without_chunking(config: SchedulerConfig) -> SchedulerConfig:
+    from dataclasses import replace
+
+    return replace(config, enable_chunked_prefill=False)
+
+
+@exercise("lab01-text-to-tensors", "05_pipeline", "scheduler")
 class Scheduler:
     """Continuous batching with a token budget, chunked prefill and preemption by recompute.
 
     The waiting and running lists are both kept sorted by ``_order_key`` (arrival order, or
     priority then arrival), so "admit next" is the front of ``waiting`` and "preempt" is the back
     of ``running``: under FCFS the newest running request is the one that gives its blocks back.
+
+    build_batch: the function that plans each step's tokens (``build_batch``'s signature); None
+    takes this module's. Its plans are checked (every decode first, no more tokens than a request
+    has left, the budget kept) and a wrong one raises ValueError.
     """
 
-    def __init__(self, config: SchedulerConfig, allocator: AllocatorProtocol) -> None:
+    def __init__(self, config: SchedulerConfig, allocator: AllocatorProtocol, *,
+                 build_batch: Callable[..., Any] | None = None) -> None:
         if not isinstance(config, SchedulerConfig):
             raise TypeError(f"config must be a SchedulerConfig, got {type(config).__name__}")
+        if build_batch is None and is_locked(CHUNKED_PREFILL_LAB):
+            # Without Lab 0.2's reference, plan whole prompts (the rule of Lab 0.1's scheduler).
+            if config.enable_chunked_prefill:
+                warnings.warn("chunked prefill is off: it runs on build_batch, your exercise in Lab 0.2 chapter 5; "
+                              "pass yours as Scheduler(config, allocator, build_batch=...), or wait: "
+                              + unlock_hint(CHUNKED_PREFILL_LAB), stacklevel=2)
+                config = _without_chunking(config)
         self.config = config
         self.allocator = allocator
+        self.build_batch = build_batch
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         self._requests: dict[Any, Request] = {}
@@ -327,30 +433,30 @@ class Scheduler:
         budget = self.config.max_num_batched_tokens
 
         # 1. Decodes (the token sampled last step). Iterate by index: preemption removes from the back.
-        decoding: set[Any] = set()
+        decoding: list[Request] = []
         index = 0
         while index < len(self.running):
             request = self.running[index]
             if request.num_tokens > self._num_slots[request.request_id]:
                 if not self._reserve_decode_slot(request, output):
                     break  # the request preempted itself: everything after it is gone too
-                output.chunks.append(ScheduledChunk(request, request.num_computed_tokens, 1, True))
-                decoding.add(request.request_id)
-                budget -= 1
+                decoding.append(request)
             index += 1
+        decode_ids = [request.request_id for request in decoding]
 
-        # 2. Prefills in progress (their blocks were reserved at admission).
-        for request in self.running:
-            if request.request_id not in decoding and budget > 0:
-                num_tokens = min(request.num_tokens - request.num_computed_tokens, budget)
-                output.chunks.append(self._chunk(request, num_tokens))
-                budget -= num_tokens
+        # 2. Prefills in progress (their blocks were reserved at admission), oldest first.
+        queue = [(request, request.num_tokens - request.num_computed_tokens)
+                 for request in self.running if request not in decoding]
 
-        # 3. Admissions. Not in a step that preempted: the pool is tight, and re-admitting the
-        # request just preempted would only recompute it to preempt it again.
-        while not output.preempted and self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+        # 3. Admissions, while the planner would give the next waiting request tokens. Not in a step
+        # that preempted: the pool is tight, and re-admitting the request just preempted would only
+        # recompute it to preempt it again.
+        while not output.preempted and self.waiting and len(self.running) < self.config.max_num_seqs:
             request = self.waiting[0]
-            if not self.config.enable_chunked_prefill and request.num_tokens > budget:
+            # Whole prompt length, before prefix-cache hits: hits only shrink it, so a request the
+            # planner takes at this length it also takes after them.
+            trial = self._plan(decode_ids, queue + [(request, request.num_tokens)], budget)
+            if all(request_id != request.request_id for request_id, _ in trial):
                 break
             if not self.allocator.can_allocate(request.token_ids):
                 break  # head-of-line blocking keeps the order fair: nobody overtakes the oldest
@@ -362,10 +468,38 @@ class Scheduler:
             output.num_cached_tokens += num_cached
             request.set_status(RequestStatus.RUNNING)
             bisect.insort(self.running, request, key=self._order_key)
-            num_tokens = min(request.num_tokens - num_cached, budget)
-            output.chunks.append(self._chunk(request, num_tokens))
-            budget -= num_tokens
+            queue.append((request, request.num_tokens - num_cached))
+
+        by_id = {request.request_id: request for request in decoding}
+        by_id.update((request.request_id, request) for request, _ in queue)
+        for request_id, num_tokens in self._plan(decode_ids, queue, budget):
+            request = by_id[request_id]
+            if request in decoding:
+                output.chunks.append(ScheduledChunk(request, request.num_computed_tokens, 1, True))
+            else:
+                output.chunks.append(self._chunk(request, num_tokens))
         return output
+
+    def _plan(self, decode_ids: list[Any], queue: list[tuple[Request, int]], budget: int) -> BatchPlan:
+        """The step's ``(request_id, num_tokens)`` pairs, from ``build_batch`` (checked)."""
+        prefill_queue = [(request.request_id, tokens_left) for request, tokens_left in queue]
+        chunked = self.config.enable_chunked_prefill
+        if self.build_batch is None and is_locked(CHUNKED_PREFILL_LAB):
+            return self._whole_prompts(decode_ids, prefill_queue, budget)
+        plan = (self.build_batch or _reference_build_batch)(list(decode_ids), prefill_queue, budget, chunked)
+        return _check_plan(plan, decode_ids, prefill_queue, budget)
+
+    @staticmethod
+    def _whole_prompts(decode_ids: list[Any], prefill_queue: list[tuple[Any, int]], budget: int) -> BatchPlan:
+        """Decodes, then whole prompts in order while they fit (Lab 0.1's rule: no chunking)."""
+        plan = [(request_id, 1) for request_id in decode_ids]
+        budget -= len(decode_ids)
+        for request_id, tokens_left in prefill_queue:
+            if tokens_left > budget:
+                break
+            plan.append((request_id, tokens_left))
+            budget -= tokens_left
+        return plan
 
     def update(self, output: SchedulerOutput, sampled_token_ids: Sequence[int]) -> list[Request]:
         """Advance the scheduled requests by what ran; append sampled tokens; finish and free stoppers."""

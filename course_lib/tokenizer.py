@@ -28,6 +28,12 @@ This module has three layers, each built on the previous one:
 - :class:`BPETokenizer`: encode/decode with special tokens, training, and loading SmolLM2's
   tokenizer from its GGUF file so that ``encode`` gives exactly the ids of Hugging Face
   ``tokenizers``.
+
+The teaching functions, the trainers and :func:`build_vocab`, :func:`encode_with_merges` and
+:func:`decode_with_merges` are the reference answers of Lab 0.1 chapter 1 (marked with
+``@exercise``). ``BPETokenizer`` is the platform tokenizer the engine uses: in a student edition
+that locks Lab 0.1 it still encodes and decodes with SmolLM2's own merges (``from_gguf``), but a
+tokenizer built from merges of your own must wait for the lab's references to unlock.
 """
 
 from __future__ import annotations
@@ -41,18 +47,25 @@ from typing import NamedTuple
 
 import regex
 
+from course_lib.exercises import exercise, exercise_of, is_locked, stub_message
+
 __all__ = [
     "GPT2_SPLIT_PATTERN",
     "BPETokenizer",
     "best_pair",
+    "build_vocab",
     "bytes_to_unicode",
     "count_words",
+    "decode_with_merges",
+    "encode_with_merges",
     "get_pair_counts",
     "merge_pair",
     "pretokenize",
     "train_bpe",
     "train_bpe_naive",
 ]
+
+LAB = "lab01-text-to-tensors"
 
 # GPT-2's pre-tokenization pattern, also the one Hugging Face's ByteLevel pre-tokenizer uses.
 # Alternatives, tried left to right at each position:
@@ -78,6 +91,7 @@ Pair = tuple[int, int]
 # ---------------------------------------------------------------------------------------------
 
 
+@exercise("lab01-text-to-tensors", "01_tokenization", "get_pair_counts")
 def get_pair_counts(ids: Sequence[int]) -> dict[Pair, int]:
     """How often each adjacent pair occurs in ``ids``, overlapping occurrences included.
 
@@ -90,6 +104,7 @@ def get_pair_counts(ids: Sequence[int]) -> dict[Pair, int]:
     return counts
 
 
+@exercise("lab01-text-to-tensors", "01_tokenization", "merge_pair")
 def merge_pair(ids: Sequence[int], pair: Pair, new_id: int) -> list[int]:
     """``ids`` with every occurrence of ``pair`` replaced by ``new_id``.
 
@@ -109,6 +124,7 @@ def merge_pair(ids: Sequence[int], pair: Pair, new_id: int) -> list[int]:
     return merged
 
 
+@exercise("lab01-text-to-tensors", "01_tokenization", "train_bpe")
 def best_pair(pair_counts: Mapping[Pair, int]) -> Pair:
     """The pair to merge next: the most frequent; among equally frequent pairs, the smallest.
 
@@ -132,6 +148,7 @@ def pretokenize(text: str) -> list[str]:
     return _WORD_REGEX.findall(text)
 
 
+@exercise("lab01-text-to-tensors", "01_tokenization", "train_bpe")
 def count_words(text: str, special_tokens: Iterable[str] = ()) -> dict[tuple[int, ...], int]:
     """Occurrences of each pre-tokenized word of ``text``, the word given as its UTF-8 byte values.
 
@@ -162,6 +179,7 @@ def _check_training_input(text: object, vocab_size: object, min_vocab_size: int)
         )
 
 
+@exercise("lab01-text-to-tensors", "01_tokenization", "train_bpe")
 def train_bpe_naive(text: str, vocab_size: int) -> dict[Pair, int]:
     """Learn BPE merges the slow, obviously correct way: recount every pair before every merge.
 
@@ -189,6 +207,7 @@ def train_bpe_naive(text: str, vocab_size: int) -> dict[Pair, int]:
     return merges
 
 
+@exercise("lab01-text-to-tensors", "01_tokenization", "train_bpe")
 def train_bpe(
     text: str,
     vocab_size: int,
@@ -261,6 +280,7 @@ def train_bpe(
     return merges
 
 
+@exercise("lab01-text-to-tensors", "01_tokenization", "train_bpe")
 def _pop_best_pair(heap: list[tuple[int, Pair]], pair_counts: dict[Pair, int]) -> Pair | None:
     """Pop heap entries until one is up to date; return its pair (None when no pair is left)."""
     while heap:
@@ -268,6 +288,54 @@ def _pop_best_pair(heap: list[tuple[int, Pair]], pair_counts: dict[Pair, int]) -
         if pair_counts.get(pair) == -negative_count:
             return pair
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding and decoding with a dict of merges (the exercises' form; BPETokenizer is the fast one)
+# ---------------------------------------------------------------------------------------------
+
+
+@exercise("lab01-text-to-tensors", "01_tokenization", "build_vocab")
+def build_vocab(merges: Mapping[Pair, int]) -> dict[int, bytes]:
+    """The bytes each id stands for: ids 0..255 are single bytes, a merged id its parts joined.
+
+    ``merges`` is ``{(left id, right id): new id}``; walking it in rank order (by new id) builds
+    every token from parts that already exist. ``build_vocab({(97, 97): 256})[256] == b"aa"``.
+    """
+    vocab = {byte: bytes([byte]) for byte in range(NUM_BYTE_VALUES)}
+    for (left, right), new_id in sorted(merges.items(), key=lambda item: item[1]):
+        vocab[new_id] = vocab[left] + vocab[right]
+    return vocab
+
+
+@exercise("lab01-text-to-tensors", "01_tokenization", "encode")
+def encode_with_merges(text: str, merges: Mapping[Pair, int]) -> list[int]:
+    """Ids of ``text`` under ``merges``: per pre-tokenized word, apply the lowest new id first.
+
+    Each word starts as its UTF-8 bytes (ids 0..255); while some neighbouring pair has a merge, the
+    pair whose new id is lowest (learned first) is merged everywhere in the word. Words never merge
+    with each other. ``encode_with_merges("abc", {(98, 99): 256, (97, 98): 257}) == [97, 256]``.
+    """
+    ids: list[int] = []
+    for word in pretokenize(text):
+        word_ids = list(word.encode("utf-8"))
+        while len(word_ids) >= 2:
+            first_learned = min(zip(word_ids, word_ids[1:]), key=lambda pair: merges.get(pair, float("inf")))
+            if first_learned not in merges:
+                break
+            word_ids = merge_pair(word_ids, first_learned, merges[first_learned])
+        ids.extend(word_ids)
+    return ids
+
+
+@exercise("lab01-text-to-tensors", "01_tokenization", "decode")
+def decode_with_merges(ids: Iterable[int], merges: Mapping[Pair, int]) -> str:
+    """The text of ``ids``: the bytes of every token joined, then decoded as UTF-8 once.
+
+    Bytes that are not valid UTF-8 (half a character) become U+FFFD rather than an error.
+    """
+    vocab = build_vocab(merges)
+    return b"".join(vocab[token_id] for token_id in ids).decode("utf-8", errors="replace")
 
 
 def _progress_bar(total: int, enabled: bool):
@@ -403,6 +471,8 @@ class BPETokenizer:
         self._special_regex = _special_token_regex(self._special_tokens)
         self._token_to_id = {self.id_to_token(token_id): token_id for token_id in range(self.vocab_size)}
         self._word_cache: dict[str, list[int]] = {}
+        # True for the tokenizer of the model file (from_gguf), the one the engine serves with.
+        self._is_model_tokenizer = False
 
     def _check_parts(self) -> None:
         """Every id in range, and every merge's token made of its two parts' bytes."""
@@ -487,7 +557,7 @@ class BPETokenizer:
             if merged is None:
                 raise ValueError(f"merge {rank} ({merge!r}) produces {left + right!r}, which is not in the vocabulary")
             merges[(string_to_id[left], string_to_id[right])] = merged
-        return cls(
+        tokenizer = cls(
             token_bytes,
             merges,
             special_tokens,
@@ -495,6 +565,8 @@ class BPETokenizer:
             eos_token_id=metadata.eos_token_id,
             chat_template=metadata.chat_template,
         )
+        tokenizer._is_model_tokenizer = True
+        return tokenizer
 
     # --- vocabulary ----------------------------------------------------------------------------
 
@@ -507,6 +579,28 @@ class BPETokenizer:
     def merges(self) -> dict[Pair, int]:
         """``{(left id, right id): merged id}`` in rank order (a copy)."""
         return dict(self._merges)
+
+    def byte_level_merges(self) -> tuple[dict[Pair, int], list[int]]:
+        """This tokenizer's merges numbered the way ``train_bpe`` numbers them, and the way back.
+
+        Returns ``(merges, own_ids)``: ``merges`` is ``{(left, right): new id}`` where ids 0..255 are
+        byte values and merge k (in rank order) creates id 256 + k, so any BPE code written for
+        ``train_bpe``'s merges can encode with this tokenizer's. ``own_ids[i]`` is this tokenizer's
+        id for that id i (-1 for a byte value with no token of its own). A prefix of the merges,
+        ``dict(list(merges.items())[:k])``, is the smaller vocabulary of 256 + k ids that the same
+        training would have stopped at.
+        """
+        own_ids = [self._byte_to_id.get(byte, -1) for byte in range(NUM_BYTE_VALUES)]
+        course_id = {own: byte for byte, own in enumerate(own_ids) if own >= 0}
+        merges: dict[Pair, int] = {}
+        for (left, right), merged in self._merges.items():
+            if left not in course_id or right not in course_id:
+                continue  # a merge of tokens this numbering cannot reach (none in SmolLM2's file)
+            new_id = NUM_BYTE_VALUES + len(merges)
+            merges[(course_id[left], course_id[right])] = new_id
+            course_id[merged] = new_id
+            own_ids.append(merged)
+        return merges, own_ids
 
     @property
     def special_tokens(self) -> dict[str, int]:
@@ -547,8 +641,19 @@ class BPETokenizer:
 
     # --- encoding and decoding -----------------------------------------------------------------
 
+    def _require_usable(self, what: str, reference) -> None:
+        """A tokenizer of your own merges encodes and decodes only once Lab 0.1 is unlocked.
+
+        SmolLM2's tokenizer (``from_gguf``) always works: the engine needs it. One built from merges
+        you trained is what Lab 0.1 chapter 1 asks you to write (``encode``, ``decode``).
+        """
+        if not self._is_model_tokenizer and is_locked(LAB):
+            raise NotImplementedError(f"BPETokenizer.{what} with merges of your own: "
+                                      + stub_message(reference.__name__, exercise_of(reference)))
+
     def encode(self, text: str) -> list[int]:
         """The ids of ``text``: special tokens first, then pre-tokenization, then BPE per word."""
+        self._require_usable("encode", encode_with_merges)
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         ids: list[int] = []
@@ -576,14 +681,30 @@ class BPETokenizer:
         return ids
 
     def _apply_merges(self, data: bytes) -> list[int]:
-        """Merge the byte tokens of ``data``, always the lowest-ranked mergeable pair first."""
+        """Merge the byte tokens of ``data``, always the lowest-ranked mergeable pair first.
+
+        Each round finds the best rank among the neighbouring pairs, then merges every occurrence
+        of that pair in place, left to right (a merged token is never merged again in the round).
+        """
         ids = [self._byte_to_id[byte] for byte in data if byte in self._byte_to_id]
         ranks = self._merge_rank
+        no_merge = len(ranks)
         while len(ids) >= 2:
-            pair = min(zip(ids, ids[1:]), key=lambda pair: ranks.get(pair, len(ranks)))
-            if pair not in ranks:
+            best_rank = min(ranks.get(pair, no_merge) for pair in zip(ids, ids[1:]))
+            if best_rank == no_merge:
                 break
-            ids = merge_pair(ids, pair, self._merges[pair])
+            left, right = best = next(pair for pair in zip(ids, ids[1:]) if ranks.get(pair) == best_rank)
+            merged_id = self._merges[best]
+            write = read = 0
+            while read < len(ids):
+                if read + 1 < len(ids) and ids[read] == left and ids[read + 1] == right:
+                    ids[write] = merged_id
+                    read += 2
+                else:
+                    ids[write] = ids[read]
+                    read += 1
+                write += 1
+            del ids[write:]
         return ids
 
     def decode(self, ids: Iterable[int]) -> str:
@@ -591,6 +712,7 @@ class BPETokenizer:
 
         A byte sequence that is not valid UTF-8 (e.g. a cut-off character) becomes U+FFFD "�".
         """
+        self._require_usable("decode", decode_with_merges)
         if isinstance(ids, (str, bytes)):
             raise TypeError(f"ids must be a sequence of ints, got {type(ids).__name__}")
         return b"".join(self.decode_token_bytes(token_id) for token_id in ids).decode("utf-8", errors="replace")

@@ -116,6 +116,7 @@ def test_figure_numbers_match_the_chapters():
     assert float(viz.linear_layer_intensity(1)) == pytest.approx(1.0, abs=0.01)
     trace = viz._toy_bpe_trace("aaabdaaabac", 3)
     assert trace[1][0] == (97, 97)  # the first merge is "aa"
+    assert trace[2][0] == (97, 98)  # the tie between "Za" and "ab" goes to the smaller pair, as in Lab 0.1
     assert [len(ids) for _, ids in trace] == [11, 9, 7, 5]
 
 

@@ -170,3 +170,35 @@ def test_wrong_costs_are_named(reference):
     checks.check_attention_cost(student["attention_cost"], 7, 19, 8, 2, 5, 0.5, False)
     with pytest.raises(CheckFailed, match="4 passes"):
         checks.check_attention_cost(student["attention_cost"], 7, 19, 8, 2, 5, 0.5, True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tiling: the result must depend on block_k (the keys are processed tile by tile)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_softmax_over_whole_rows_fails_every_flash_check():
+    """A plain softmax per block of queries ignores block_k; before, it passed all three flash cells."""
+    student = _student(_demo_answers("buggy-flash-ignores-block-k"))
+    for check, args, kwargs in [
+        (checks.check_flash_attention, (8, 8, 2, 2, 4), {"block_q": 4, "block_k": 4}),
+        (checks.check_flash_attention, (1, 53, 9, 3, 64), {"block_q": 64, "block_k": 7, "seed": 1}),
+        (checks.check_flash_attention_memory, (128,), {"block": 16}),
+    ]:
+        with pytest.raises(CheckFailed, match="does not depend on block_k"):
+            check(student["flash_attention"], *args, **kwargs)
+
+
+def test_the_block_k_fingerprint_holds_for_the_reference_on_many_shapes(reference):
+    """A tiled online softmax differs in its last bits from a single tile: the check relies on it."""
+    for q_len, kv_len, heads, kv_heads, head_dim, block_q, block_k in [
+        (8, 8, 2, 2, 4, 4, 4), (5, 70, 4, 2, 16, 2, 8), (33, 33, 6, 2, 5, 1, 1), (2, 9, 1, 1, 2, 2, 3),
+    ]:
+        checks.check_flash_attention(reference["flash_attention"], q_len, kv_len, heads, kv_heads, head_dim,
+                                     block_q=block_q, block_k=block_k)
+
+
+def test_one_key_tile_is_not_held_against_the_student(reference):
+    """With block_k >= kv_len there is one tile either way: nothing to tell apart, nothing required."""
+    student = _student(_demo_answers("buggy-flash-ignores-block-k"))
+    checks.check_flash_attention(student["flash_attention"], 40, 40, 4, 4, 8, block_q=64, block_k=64)

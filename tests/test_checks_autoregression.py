@@ -1,20 +1,24 @@
 """The Lab 0.2 chapter-1 checks (course_lib.checks.autoregression) accept the reference answers and
 reject each demo student's bug with feedback that names the mistake.
 
-The counts are also checked against a brute-force walk (one pass, one token at a time), and the
-generation loop runs on the real model: with and without the cache it must give the tokens of
-``course_lib.model.greedy_generate``.
+The FLOP count is also checked against a brute-force walk (one pass, one token at a time). The
+timing checks run the answers on a lent function and a lent model whose calls the check records:
+they must tell the minimum from the mean, and a decode step from a pass over the whole context.
 """
 
 from __future__ import annotations
 
+import math
 import runpy
+import time
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 import torch
 
+from course_lib import measure
 from course_lib.checks import CheckFailed
 from course_lib.checks import autoregression as checks
 from course_lib.kv_cache import KVCache
@@ -36,7 +40,7 @@ def _answer_sources() -> dict[str, str]:
 
 def _student(replacements: dict[str, str] | None = None) -> dict:
     """The namespace a student's notebook would have: every answer cell run, some replaced."""
-    namespace = {"__name__": "__main__", "torch": torch, "KVCache": KVCache}
+    namespace = {"__name__": "__main__", "torch": torch, "time": time, "KVCache": KVCache}
     for grade_id, source in _answer_sources().items():
         exec(compile((replacements or {}).get(grade_id, source), f"<answer {grade_id}>", "exec"), namespace)
     return namespace
@@ -51,9 +55,9 @@ def _demo(name: str) -> dict:
     return _student(_demo_specs()[name]["ANSWERS"])
 
 
-def _failure(check, *args) -> str:
+def _failure(check, *args, **kwargs) -> str:
     with pytest.raises(CheckFailed) as caught:
-        check(*args)
+        check(*args, **kwargs)
     return str(caught.value)
 
 
@@ -62,52 +66,42 @@ def reference():
     return _student()
 
 
-def _brute_force(prompt_len: int, new_tokens: int, use_cache: bool, num_parameters: int, config: ModelConfig):
-    """(tokens, FLOPs) by walking the passes and the tokens of each pass one at a time."""
+def _brute_force_flops(prompt_len: int, new_tokens: int, use_cache: bool, num_parameters: int,
+                       config: ModelConfig) -> int:
+    """FLOPs by walking the passes and the tokens of each pass one at a time."""
     per_key = 4 * config.num_layers * config.num_q_heads * config.head_dim
-    tokens = flops = 0
+    flops = 0
     sequence_length = prompt_len
     for step in range(new_tokens):
-        if use_cache and step > 0:
-            positions = [sequence_length - 1]
-        else:
-            positions = list(range(sequence_length))
+        positions = [sequence_length - 1] if use_cache and step > 0 else list(range(sequence_length))
         for position in positions:
-            tokens += 1
             flops += 2 * num_parameters + per_key * (position + 1)
         sequence_length += 1
-    return tokens, flops
+    return flops
+
+
+# ---------------------------------------------------------------------------------------------
+# FLOPs
+# ---------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("prompt_len, new_tokens", [(1, 0), (1, 1), (3, 4), (1, 100), (17, 9), (200, 3)])
 @pytest.mark.parametrize("use_cache", [False, True])
-def test_reference_counts_match_a_brute_force_walk(prompt_len, new_tokens, use_cache):
-    tokens, flops = _brute_force(prompt_len, new_tokens, use_cache, 1_000, TINY)
-    assert checks.reference_tokens_processed(prompt_len, new_tokens, use_cache) == tokens
-    assert checks.reference_generation_flops(TINY, 1_000, prompt_len, new_tokens, use_cache) == flops
+def test_reference_flops_match_a_brute_force_walk(prompt_len, new_tokens, use_cache):
+    expected = _brute_force_flops(prompt_len, new_tokens, use_cache, 1_000, TINY)
+    assert checks.reference_generation_flops(TINY, 1_000, prompt_len, new_tokens, use_cache) == expected
 
 
 def test_outline_figures():
-    assert checks.reference_tokens_processed(1, 100, False) == 5_050
-    assert checks.reference_tokens_processed(1, 100, True) == 100
     assert checks.reference_generation_flops(TINY, 1_000, 2, 2, False) == 10_864   # the worked example
     assert checks.reference_generation_flops(TINY, 1_000, 2, 2, True) == 6_576
 
 
-def test_reference_answers_pass_the_counting_checks(reference):
+def test_reference_answer_passes_the_flops_check(reference):
     for prompt_len, new_tokens in [(1, 0), (1, 1), (3, 4), (1, 100), (64, 512)]:
         for use_cache in (False, True):
-            checks.check_tokens_processed(reference["tokens_processed"], prompt_len, new_tokens, use_cache)
             checks.check_generation_flops(reference["generation_flops"], TINY, 777, prompt_len, new_tokens,
                                           use_cache)
-
-
-def test_off_by_one_pass_is_rejected_with_a_hint():
-    buggy = _demo("buggy-runs-last-token")
-    message = _failure(checks.check_tokens_processed, buggy["tokens_processed"], 3, 4, True)
-    assert "expected: 6" in message and "the last token generated is never fed back" in message
-    message = _failure(checks.check_tokens_processed, buggy["tokens_processed"], 3, 4, False)
-    assert "expected: 18" in message and "not prompt_len + k" in message
 
 
 def test_square_attention_is_rejected_with_a_hint():
@@ -116,31 +110,157 @@ def test_square_attention_is_rejected_with_a_hint():
     assert "n * (n + 1) / 2" in message
 
 
-def test_other_counting_mistakes_get_their_hints(reference):
+def test_flop_mistakes_get_their_hints():
     def weights_only(config, num_parameters, prompt_len, new_tokens, use_cache):
-        return 2 * num_parameters * reference["tokens_processed"](prompt_len, new_tokens, use_cache)
+        tokens = prompt_len + new_tokens - 1 if use_cache else sum(prompt_len + k for k in range(new_tokens))
+        return 2 * num_parameters * tokens
 
     assert "attention term is missing" in _failure(checks.check_generation_flops, weights_only, TINY, 10, 3, 4, True)
 
-    def float_count(prompt_len, new_tokens, use_cache):
-        return new_tokens * prompt_len + new_tokens * (new_tokens - 1) / 2 + 0.25
+    def float_count(config, num_parameters, prompt_len, new_tokens, use_cache):
+        return 0.5
 
-    assert "must return an int" in _failure(checks.check_tokens_processed, float_count, 3, 4, False)
+    assert "must return an int" in _failure(checks.check_generation_flops, float_count, TINY, 10, 3, 4, True)
 
-    def prompt_is_free(prompt_len, new_tokens, use_cache):
-        return new_tokens
 
-    assert "the prompt is not free" in _failure(checks.check_tokens_processed, prompt_is_free, 3, 4, True)
+# ---------------------------------------------------------------------------------------------
+# fastest
+# ---------------------------------------------------------------------------------------------
+
+
+def test_reference_fastest_passes(reference):
+    checks.check_fastest(reference["fastest"], [0.030, 0.008, 0.020], 3)
+    checks.check_fastest(reference["fastest"], [0.01], 1)
+    checks.check_fastest(reference["fastest"], [0.01], 0)   # raises ValueError, as documented
+
+
+def test_mean_slowest_total_and_milliseconds_are_each_rejected(reference):
+    assert "mean" in _failure(checks.check_fastest, _demo("buggy-fastest-takes-mean")["fastest"],
+                              [0.060, 0.010, 0.045], 3)
+
+    def slowest(function, repeats):
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            function()
+            times.append(time.perf_counter() - start)
+        return max(times)
+
+    assert "slowest" in _failure(checks.check_fastest, slowest, [0.060, 0.010, 0.045], 3)
+
+    def milliseconds(function, repeats):
+        return reference["fastest"](function, repeats) * 1000
+
+    assert "milliseconds" in _failure(checks.check_fastest, milliseconds, [0.02, 0.01], 2)
+
+    def once(function, repeats):
+        start = time.perf_counter()
+        function()
+        return time.perf_counter() - start
+
+    assert "called the function 1 times" in _failure(checks.check_fastest, once, [0.02, 0.01], 2)
+
+    def made_up(function, repeats):
+        for _ in range(repeats):
+            function()
+        return 0.001
+
+    assert "fastest call the check saw" in _failure(checks.check_fastest, made_up, [0.02, 0.03], 2)
+
+
+def test_no_repeats_must_raise_value_error(reference):
+    def returns_infinity(function, repeats):
+        return float("inf")
+
+    assert "ValueError" in _failure(checks.check_fastest, returns_infinity, [0.01], 0)
+
+
+def test_reference_fastest_is_the_course_measure():
+    assert measure.fastest(lambda: time.sleep(0.002), 3) >= 0.002
+    with pytest.raises(ValueError, match="repeats"):
+        measure.fastest(lambda: None, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# time_step, on the tiny model (fast) and on SmolLM2 (slow)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("context_len, use_cache", [(1, True), (9, True), (9, False), (30, True)])
+def test_reference_time_step_passes_on_the_tiny_model(reference, context_len, use_cache):
+    checks.check_time_step(reference["time_step"], context_len, use_cache, repeats=2, model="tiny")
+
+
+def test_a_decode_step_that_is_a_prefill_is_rejected():
+    buggy = _demo("buggy-time-step-without-cache")
+    message = _failure(checks.check_time_step, buggy["time_step"], 12, True, repeats=2, model="tiny")
+    assert "other calls than the step to time" in message and "cache.next_positions(1)" in message
+    checks.check_time_step(buggy["time_step"], 12, False, repeats=2, model="tiny")   # the uncached path is right
+
+
+def test_a_made_up_time_without_the_model_is_rejected():
+    def no_model_at_all(model, config, token_ids, use_cache, repeats=3):
+        return 0.02
+
+    assert "other calls than the step" in _failure(checks.check_time_step, no_model_at_all, 8, False, model="tiny")
+
+
+def test_a_time_the_check_never_saw_is_rejected(reference):
+    def too_fast(model, config, token_ids, use_cache, repeats=3):
+        reference["time_step"](model, config, token_ids, use_cache, repeats)
+        return 1e-9
+
+    assert "the fastest of them" in _failure(checks.check_time_step, too_fast, 8, True, repeats=2, model="tiny")
+
+
+@pytest.mark.slow
+def test_reference_time_step_passes_on_smollm2(reference):
+    checks.check_time_step(reference["time_step"], 16, False, repeats=2)
+    checks.check_time_step(reference["time_step"], 16, True, repeats=2)
+
+
+# ---------------------------------------------------------------------------------------------
+# fit_step_time
+# ---------------------------------------------------------------------------------------------
+
+
+def test_reference_fit_passes_and_matches_numpy(reference):
+    lengths, seconds = [512, 8, 256, 64], [0.41, 0.02, 0.19, 0.06]
+    checks.check_fit_step_time(reference["fit_step_time"], lengths, seconds)
+    slope, intercept = np.polyfit(lengths, seconds, 1)
+    assert np.allclose(measure.fit_step_time(lengths, seconds), (intercept, slope))
+    checks.check_fit_step_time(reference["fit_step_time"], [5, 5], [1.0, 1.0])        # must raise ValueError
+    checks.check_fit_step_time(reference["fit_step_time"], [1, 2, 3], [1.0, 2.0])     # must raise ValueError
+
+
+def test_swapped_fit_and_missing_value_error_are_rejected(reference):
+    def swapped(context_lens, seconds):
+        fixed, per_token = reference["fit_step_time"](context_lens, seconds)
+        return per_token, fixed
+
+    assert "intercept first" in _failure(checks.check_fit_step_time, swapped, [1, 2, 3], [3.0, 5.0, 7.0])
+
+    def divides_by_zero(context_lens, seconds):
+        mean_x = sum(context_lens) / len(context_lens)
+        variance = sum((x - mean_x) ** 2 for x in context_lens)
+        return 0.0, 1.0 / variance
+
+    assert "ZeroDivisionError" in _failure(checks.check_fit_step_time, divides_by_zero, [5, 5], [1.0, 1.0])
+
+    def through_the_origin(context_lens, seconds):
+        return 0.0, sum(seconds) / sum(context_lens)
+
+    assert "wrong fixed" in _failure(checks.check_fit_step_time, through_the_origin, [1, 2, 3], [2.0, 3.0, 4.0])
+
+
+# ---------------------------------------------------------------------------------------------
+# The notebook and its demo students
+# ---------------------------------------------------------------------------------------------
 
 
 def test_reexporting_the_reference_earns_nothing():
-    from course_lib.model import greedy_generate
-
-    def student(model, prompt_ids, max_new_tokens, use_cache):
-        return greedy_generate(model, prompt_ids, max_new_tokens, use_cache=use_cache)
-
-    assert "reference" in _failure(checks.check_greedy_generate, student, None, [1], 1, True)
-    assert "reference" in _failure(checks.check_tokens_processed, checks.reference_tokens_processed, 1, 1, True)
+    assert "reference" in _failure(checks.check_fastest, measure.fastest, [0.01], 1)
+    assert "reference" in _failure(checks.check_fit_step_time, measure.fit_step_time, [1, 2], [1.0, 2.0])
 
 
 @pytest.mark.parametrize("name", sorted(_demo_specs()))
@@ -148,7 +268,7 @@ def test_demo_specs_name_real_answer_cells(name):
     spec = _demo_specs()[name]
     assert spec["BASE"] == "solution"
     assert set(spec["ANSWERS"]) <= set(_answer_sources())
-    assert f"expected {spec['EXPECTED'][NOTEBOOK]:g}/9" in spec["DESCRIPTION"]
+    assert f"expected {spec['EXPECTED'][NOTEBOOK]:g}/11" in spec["DESCRIPTION"]
 
 
 def test_header_announces_the_points():
@@ -156,53 +276,4 @@ def test_header_announces_the_points():
     cells = [cell for cell in notebook.cells if cell.metadata.get("nbgrader", {}).get("grade")]
     points = sum(cell.metadata["nbgrader"]["points"] for cell in cells)
     assert f"**{points:g} points** in {len(cells)} graded test cells" in notebook.cells[0].source
-
-
-# ---------------------------------------------------------------------------------------------
-# The generation loop on the real model
-# ---------------------------------------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_reference_loop_passes_and_matches_with_and_without_cache(reference, smollm2):
-    model, tokenizer = smollm2
-    prompt = tokenizer.encode("The capital of France is")
-    for use_cache in (False, True):
-        checks.check_greedy_generate(reference["greedy_generate"], model, prompt, 4, use_cache)
-    assert reference["greedy_generate"](model, prompt, 4, True) == reference["greedy_generate"](model, prompt, 4, False)
-
-
-@pytest.mark.slow
-def test_decode_at_position_zero_is_rejected_with_a_hint(smollm2):
-    model, tokenizer = smollm2
-    buggy = _demo("buggy-decode-position-zero")
-    prompt = tokenizer.encode("The capital of France is")
-    checks.check_greedy_generate(buggy["greedy_generate"], model, prompt, 4, False)
-    message = _failure(checks.check_greedy_generate, buggy["greedy_generate"], model, prompt, 6, True)
-    assert "differ first at step" in message and "cache.next_positions(1)" in message
-
-
-@pytest.mark.slow
-def test_recomputing_with_a_cache_flag_is_caught_by_the_token_count(reference, smollm2):
-    model, tokenizer = smollm2
-
-    def never_caches(model, prompt_ids, max_new_tokens, use_cache):
-        return reference["greedy_generate"](model, prompt_ids, max_new_tokens, False)
-
-    message = _failure(checks.check_greedy_generate, never_caches, model, tokenizer.encode("Hello"), 3, True)
-    assert "right ids, but the model ran" in message and "none of the savings" in message
-
-
-@pytest.mark.slow
-def test_a_loop_that_ignores_eos_is_told_to_stop(reference, smollm2):
-    model, tokenizer = smollm2
-    question = tokenizer.apply_chat_template([{"role": "user", "content": "What is 2+2? Answer with a number only."}])
-    prompt = tokenizer.encode(question)
-    expected = reference["greedy_generate"](model, prompt, 12, True)
-    assert expected[-1] == model.config.eos_token_id and len(expected) < 12   # the hidden test relies on it
-
-    def ignores_eos(model, prompt_ids, max_new_tokens, use_cache):
-        generated = reference["greedy_generate"](model, prompt_ids, max_new_tokens, use_cache)
-        return generated + [model.config.eos_token_id] * (max_new_tokens - len(generated))
-
-    assert "end-of-sequence token" in _failure(checks.check_greedy_generate, ignores_eos, model, prompt, 12, True)
+    assert math.isclose(points, 11)

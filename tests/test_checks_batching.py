@@ -71,8 +71,8 @@ def test_reference_metrics_pass(reference):
         checks.check_percentile(reference["percentile"], values, q)
     for seed in range(3):
         checks.check_compute_metrics(reference["compute_metrics"], checks.random_traces(seed))
-    run = sim.simulate(checks.random_workload(5), sim.continuous_policy, max_batch_size=4)
-    checks.check_compute_metrics(reference["compute_metrics"], run.traces)
+    checks.check_compute_metrics(reference["compute_metrics"], checks.simulated_traces(5))
+    checks.check_compute_metrics(reference["compute_metrics"], checks.hand_traces())
 
 
 def test_header_announces_the_points():
@@ -219,3 +219,45 @@ def test_check_arguments_are_validated():
         checks.crafted_states("fifo")
     with pytest.raises(ValueError, match="timeout_s"):
         checks.check_policy_state(lambda state, timeout_s: [], "dynamic", checks.crafted_states("dynamic")[0][1])
+
+
+
+def test_plain_inputs_for_the_recorded_checks(reference):
+    """Test cells describe workloads and traces as tuples; the hand example by name."""
+    assert all(len(spec) == 5 for spec in checks.random_workload(0))
+    checks.check_policy_states(reference["static_batching"], "static")
+    checks.check_policy_run(reference["static_batching"], "static", "hand", max_batch_size=2, cost="hand")
+    checks.check_policy_run(reference["dynamic_batching"], "dynamic", "hand", max_batch_size=2, timeout_s=0.005,
+                            cost="hand")
+    hand = checks.hand_traces()
+    assert [spec[0] for spec in hand] == [0, 1, 2, 3]
+    checks.check_compute_metrics(reference["compute_metrics"], [(0, 0.0, 5, [0.5]), (1, 0.2, 5, [0.9])])
+    with pytest.raises(ValueError, match="'hand'"):
+        checks.check_policy_run(reference["static_batching"], "static", "other", max_batch_size=2)
+
+
+def test_a_policy_sees_a_state_built_for_it_and_answers_by_request_id(reference):
+    seen = []
+
+    def spy(state):
+        seen.append(state)
+        return reference["continuous_batching"](state)
+
+    state = checks.crafted_states("continuous")[1][1]
+    checks.check_policy_state(spy, "continuous", state)
+    assert seen[0] == state and seen[0] is not state   # equal in value, built with checks.make
+
+    def answers_with_copies(state):
+        import dataclasses
+
+        return [dataclasses.replace(request) for request in reference["continuous_batching"](state)]
+
+    checks.check_policy_run(answers_with_copies, "continuous", checks.random_workload(1), max_batch_size=4)
+
+
+@pytest.mark.slow
+def test_metrics_of_a_real_engine_run(reference):
+    checks.check_compute_metrics_on_engine(reference["compute_metrics"], max_num_seqs=2, num_requests=3)
+    with pytest.raises(CheckFailed, match="n - 1 gaps"):
+        checks.check_compute_metrics_on_engine(_demo("buggy-tpot-divides-by-n")["compute_metrics"], max_num_seqs=2,
+                                               num_requests=3)

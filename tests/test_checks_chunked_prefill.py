@@ -178,3 +178,56 @@ def test_reference_matches_the_scheduler_step_by_step(prompt_lens, max_tokens, a
         finished = {request.request_id for request in scheduler.update(output, sampled)}
         decoding = [chunk.request.request_id for chunk in output.chunks
                     if chunk.samples and chunk.request.request_id not in finished]
+
+
+# ---------------------------------------------------------------------------------------------
+# The student's build_batch planning the real engine (the tiny model keeps these fast)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs", [
+    {}, {"token_budget": 16, "long_prompt_len": 70, "seed": 1}, {"token_budget": 90, "chunked": False, "seed": 3},
+])
+def test_reference_answer_plans_the_engine_like_the_scheduler(build_batch, kwargs):
+    checks.check_build_batch_in_engine(build_batch, model="tiny", **kwargs)
+
+
+def test_prefills_before_decodes_stop_the_engine_with_the_reason():
+    student = _demo_answer("buggy-prefill-before-decode", "build_batch")
+    with pytest.raises(CheckFailed, match="must start with every decode"):
+        checks.check_build_batch_in_engine(student, model="tiny")
+
+
+def test_hard_coded_visible_answers_fail_in_the_engine():
+    student = _demo_answer("buggy-hardcoded-visible-batch", "build_batch")
+    checks.check_build_batch(student, ["a", "b", "c"], [("P", 10), ("Q", 20)], 16, chunked=True)   # the table
+    with pytest.raises(CheckFailed):
+        checks.check_build_batch_in_engine(student, model="tiny")
+
+
+def test_a_plan_that_changes_steps_but_not_validity_is_caught_step_by_step(build_batch):
+    def half_the_budget(decode_ids, prefill_queue, token_budget, chunked=True):
+        return build_batch(decode_ids, prefill_queue, max(len(decode_ids), token_budget // 2) or 1, chunked)
+
+    with pytest.raises(CheckFailed, match="step \\d+ of the engine ran a different batch"):
+        checks.check_build_batch_in_engine(half_the_budget, model="tiny")
+
+
+def test_the_engine_runs_the_student_function_on_plain_data(build_batch):
+    seen = []
+
+    def spy(decode_ids, prefill_queue, token_budget, chunked=True):
+        seen.append((decode_ids, prefill_queue, token_budget, chunked))
+        return build_batch(decode_ids, prefill_queue, token_budget, chunked)
+
+    checks.check_build_batch_in_engine(spy, model="tiny")
+    assert seen
+    for decode_ids, prefill_queue, token_budget, chunked in seen:
+        assert all(isinstance(request_id, str) for request_id in decode_ids)
+        assert all(isinstance(request_id, str) and isinstance(left, int) for request_id, left in prefill_queue)
+        assert isinstance(token_budget, int) and chunked is True
+
+
+@pytest.mark.slow
+def test_reference_answer_plans_smollm2(build_batch):
+    checks.check_build_batch_in_engine(build_batch)

@@ -75,8 +75,8 @@ def test_reference_answers_pass(reference, tiny):
     checks.check_decode_attention(reference["decode_attention"], 12, 4, 4, 32, scale=0.05)
     checks.check_decode_cache(reference["DecodeCache"], prompt_len=5, num_decode_steps=3)
     checks.check_decode_cache(reference["DecodeCache"], prompt_len=1, num_decode_steps=4, num_layers=1)
-    checks.check_generate(reference["generate"], tiny, list(range(5, 45)), 30)
-    checks.check_generate(reference["generate"], tiny, [7], 1)
+    checks.check_generate(reference["generate"], list(range(5, 45)), 30, model="tiny", seed=3)
+    checks.check_generate(reference["generate"], [7], 1, model="tiny", seed=3)
     checks.check_decode_step_cost(reference["decode_step_cost"], tiny.config, 5, 17, 4)
 
 
@@ -88,9 +88,8 @@ def test_tiny_model_does_not_repeat_itself(tiny):
 
 
 @pytest.mark.slow
-def test_reference_generate_matches_on_smollm2(reference, smollm2):
-    model, _ = smollm2
-    checks.check_generate(reference["generate"], model, [504, 3575, 282, 4649, 314], 20)
+def test_reference_generate_matches_on_smollm2(reference):
+    checks.check_generate(reference["generate"], [504, 3575, 282, 4649, 314], 20)
     checks.check_decode_step_cost(reference["decode_step_cost"], ModelConfig.from_gguf(), 64, 100, 2)
 
 
@@ -102,8 +101,8 @@ def test_demo_append_after_attend_is_named():
 
 def test_demo_rope_position_is_named(tiny):
     student = _student(_demo_answers("buggy-rope-position"))
-    with pytest.raises(CheckFailed, match="positions passed with the new tokens were"):
-        checks.check_generate(student["generate"], tiny, list(range(5, 45)), 30)
+    with pytest.raises(CheckFailed, match="a new token's position is the number of tokens before it"):
+        checks.check_generate(student["generate"], list(range(5, 45)), 30, model="tiny", seed=3)
 
 
 def test_wrong_group_view_is_named():
@@ -130,38 +129,57 @@ def test_wrong_seq_len_is_named():
         checks.check_decode_cache(student["DecodeCache"], prompt_len=5, num_decode_steps=3)
 
 
-def test_generate_without_cache_is_named(reference, tiny):
-    def generate(model, prompt_ids, max_new_tokens):
+def test_generate_without_cache_is_named(reference):
+    def generate(model, config, prompt_ids, max_new_tokens):
         ids = list(prompt_ids)
-        cache = reference["DecodeCache"](model.config.num_layers, len(ids) + max_new_tokens,
-                                         model.config.num_kv_heads, model.config.head_dim)
+        cache = reference["DecodeCache"](config.num_layers, len(ids) + max_new_tokens, config.num_kv_heads,
+                                         config.head_dim)
         generated = []
         for _ in range(max_new_tokens):
-            cache.lengths = [0] * model.config.num_layers  # start over: recompute everything every step
+            cache.lengths = [0] * config.num_layers  # start over: recompute everything every step
             logits = model(torch.tensor(ids + generated), None, cache)
             generated.append(int(logits[-1].argmax()))
         return generated
 
     with pytest.raises(CheckFailed, match="exactly one new token"):
-        checks.check_generate(generate, tiny, [5, 6, 7], 4)
+        checks.check_generate(generate, [5, 6, 7], 4, model="tiny", seed=3)
 
 
 def test_generate_with_the_course_cache_earns_nothing(tiny):
     from course_lib.kv_cache import KVCache
 
-    def generate(model, prompt_ids, max_new_tokens):
-        cache = KVCache(model.config, len(prompt_ids) + max_new_tokens)
+    def generate(model, config, prompt_ids, max_new_tokens):
+        cache = KVCache(config, len(prompt_ids) + max_new_tokens)
         logits = model(torch.tensor(prompt_ids), cache.next_positions(len(prompt_ids)), cache)
         return [int(logits[-1].argmax())]
 
     with pytest.raises(CheckFailed, match="reference|instead of your DecodeCache"):
-        checks.check_generate(generate, tiny, [5, 6, 7], 1)
+        checks.check_generate(generate, [5, 6, 7], 1, model="tiny", seed=3)
 
 
-def test_generate_that_forgets_the_stop_rule_is_named(reference, tiny):
+def test_generate_that_forgets_the_stop_rule_is_named(reference):
     student = _replace_in_answer("generate", "len(generated) == max_new_tokens", "len(generated) == max_new_tokens + 1")
-    with pytest.raises(CheckFailed, match="stop after max_new_tokens"):
-        checks.check_generate(student["generate"], tiny, [5, 6, 7], 4)
+    with pytest.raises(CheckFailed, match="stop after max_new_tokens|forward calls for"):
+        checks.check_generate(student["generate"], [5, 6, 7], 4, model="tiny", seed=3)
+
+
+def test_recomputing_and_hard_coded_generations_are_caught_by_the_forward_calls():
+    recomputes = _student(_demo_answers("buggy-generate-recomputes"))
+    with pytest.raises(CheckFailed, match="exactly one new token"):
+        checks.check_generate(recomputes["generate"], [5, 6, 7], 4, model="tiny", seed=3)
+    hardcoded = _student(_demo_answers("buggy-generate-hardcoded"))
+    with pytest.raises(CheckFailed, match="ran 0 forward calls for 20 generated tokens"):
+        checks.check_generate(hardcoded["generate"], [504, 3575, 282, 4649, 314], 20, model="tiny", seed=3)
+
+
+def test_the_model_the_student_gets_is_lent_and_counted(reference):
+    from course_lib.checks.decode import _CountingModel
+
+    counting = _CountingModel(checks.tiny_model(seed=3))
+    config = counting._model.config
+    generated = reference["generate"](counting, config, [5, 6, 7], 3)
+    assert [num_tokens for num_tokens, _, _ in counting.calls] == [3, 1, 1][: len(generated)]
+    assert [positions[0] for _, positions, _ in counting.calls] == [0, 3, 4][: len(generated)]
 
 
 def test_decode_cost_without_lm_head_is_named(tiny):
@@ -182,3 +200,12 @@ def test_cache_that_wraps_the_course_cache_earns_nothing():
 
     with pytest.raises(CheckFailed, match="holds the course's KVCache"):
         checks.check_decode_cache(DecodeCache, prompt_len=5, num_decode_steps=3)
+
+
+
+def test_a_list_of_course_caches_is_found_too():
+    """The old check looked only at direct attributes; a list of KVCache objects slipped through."""
+    student = _student(_demo_answers("buggy-cache-holds-kvcache-list"))
+    with pytest.raises(CheckFailed, match="holds the course's KVCache"):
+        checks.check_decode_cache(student["DecodeCache"], prompt_len=5, num_decode_steps=3)
+    assert student["DecodeCache"](2, 8, 2, 8).attend   # it does work: only its origin is wrong

@@ -68,7 +68,9 @@ def test_worked_example_numbers():
     assert student["kv_cache_bytes"](checks.LLAMA3_8B, 2048, 64, torch.float16) == 16 * 2**30
     assert student["kv_cache_bytes_per_token"](checks.smollm2_config(), torch.float32) == 46_080
     assert student["tokens_through_model"](1, 100, False) == 5050
-    assert student["waste_breakdown"](*checks.example_pool()) == {
+    specs, pool_slots, request_slots = checks.example_pool()
+    reservations = [Reservation(*spec) for spec in specs]
+    assert student["waste_breakdown"](reservations, pool_slots, request_slots) == {
         "used": 11, "reserved_unused": 5, "internal": 6, "free": 10, "external": 10}
 
 
@@ -160,3 +162,33 @@ def test_a_crash_becomes_feedback_that_names_the_call():
     student = _student({"waste_breakdown": "def waste_breakdown(r, p, q):\n    return r[0].nothing\n"})
     _fails(lambda: checks.check_waste_breakdown(student["waste_breakdown"], *checks.example_pool()),
            "waste_breakdown(")
+
+
+def test_a_wrong_exception_type_for_bad_lengths_is_reported():
+    source = ("def kv_cache_bytes(config, seq_len, batch_size=1, dtype=torch.float16):\n"
+              "    assert seq_len >= 0 and batch_size >= 0, 'negative'\n"
+              "    return kv_cache_bytes_per_token(config, dtype) * seq_len * batch_size\n")
+    student = _student({"kv_cache_bytes": source})
+    _fails(lambda: checks.check_kv_cache_bytes_rejects_bad_lengths(student["kv_cache_bytes"]),
+           "raised AssertionError; the documented error is ValueError")
+    mute = ("def kv_cache_bytes(config, seq_len, batch_size=1, dtype=torch.float16):\n"
+            "    if seq_len < 0 or batch_size < 0:\n"
+            "        raise ValueError('no')\n"
+            "    return kv_cache_bytes_per_token(config, dtype) * seq_len * batch_size\n")
+    student = _student({"kv_cache_bytes": mute})
+    _fails(lambda: checks.check_kv_cache_bytes_rejects_bad_lengths(student["kv_cache_bytes"]), "names none of")
+
+
+def test_reservations_may_be_given_as_tuples_or_objects():
+    student = _student()
+    specs, pool_slots, request_slots = checks.example_pool()
+    checks.check_waste_breakdown(student["waste_breakdown"], specs, pool_slots, request_slots)
+    checks.check_waste_breakdown(student["waste_breakdown"], [Reservation(*spec) for spec in specs], pool_slots,
+                                 request_slots)
+
+
+def test_tokens_through_model_reference_is_the_course_function():
+    from course_lib.kv_cache import tokens_through_model
+
+    assert (tokens_through_model(1, 100, True), tokens_through_model(1, 100, False)) == (100, 5050)
+    assert tokens_through_model(10, 3, False) == 10 + 11 + 12

@@ -222,3 +222,38 @@ def test_header_announces_the_points():
     cells = [cell for cell in notebook.cells if cell.metadata.get("nbgrader", {}).get("grade")]
     points = sum(cell.metadata["nbgrader"]["points"] for cell in cells)
     assert f"**{points:g} points** in {len(cells)} graded test cells" in notebook.cells[0].source
+
+
+def test_training_memory_must_refuse_inference_precisions(reference):
+    for precision in ("int8", "int4", "FP32", "fp64"):
+        checks.check_training_memory(reference["training_memory"], 10, precision, 0)
+    message = _failure(checks.check_training_memory, _demo("buggy-training-memory-any-precision")["training_memory"],
+                       1_000, "int8", 0)
+    assert "returned instead of raising ValueError" in message
+
+    def key_error(num_parameters, precision, activations):
+        per_parameter = {"fp32": 16, "fp16": 16, "bf16": 16}[precision]
+        return {"weights": 0, "gradients": 0, "optimizer": num_parameters * per_parameter, "activations": activations}
+
+    assert "raised KeyError; the documented error is ValueError" in _failure(
+        checks.check_training_memory, key_error, 10, "int4", 0)
+
+
+def test_hard_coded_smollm2_count_fails_on_other_configs():
+    buggy = _demo("buggy-hardcoded-smollm2-count")
+    checks.check_count_parameters(buggy["count_parameters"], checks.smollm2_config(), True,
+                                  expected=checks.smollm2_parameter_count())
+    message = _failure(checks.check_count_parameters, buggy["count_parameters"], checks.small_config(), True)
+    assert "RMSNorm weights are parameters too" in message
+
+
+def test_students_get_a_model_config_built_for_them(reference):
+    seen = []
+
+    def count_parameters(config, tied_embeddings):
+        seen.append(config)
+        return reference["count_parameters"](config, tied_embeddings)
+
+    config = checks.small_config()
+    checks.check_count_parameters(count_parameters, config, True)
+    assert seen and seen[0] == config and seen[0] is not config   # a copy built with checks.make, equal in value

@@ -39,10 +39,12 @@ def _allocator_class(source: str | None = None) -> type:
     return namespace["BlockAllocator"]
 
 
-def _edited(old: str, new: str) -> type:
+def _edited(old: str, new: str, *replacements: tuple[str, str]) -> type:
     source = _solution_source()
-    assert old in source, old
-    return _allocator_class(source.replace(old, new))
+    for before, after in ((old, new), *replacements):
+        assert before in source, before
+        source = source.replace(before, after)
+    return _allocator_class(source)
 
 
 def _fails(call, phrase: str) -> str:
@@ -104,8 +106,26 @@ def test_floor_division_in_blocks_needed_is_reported():
 
 def test_allocating_without_checking_the_pool_is_reported():
     cls = _edited("        if not self.can_allocate(token_ids):\n", "        if False:\n")
-    message = _fails(lambda: checks.check_allocate_and_free(cls), "must change nothing")
+    message = _fails(lambda: checks.check_allocate_and_free(cls), "raised IndexError")
+    assert "OutOfBlocksError (the documented refusal)" in message
     assert "allocate('b', <16 tokens>)" in message  # the operation history points at the culprit
+
+
+def test_a_refusal_after_taking_blocks_is_reported():
+    cls = _edited("""        table = [self.free_blocks.popleft() for _ in range(self.blocks_needed(len(token_ids)))]""",
+                  """        table = [self.free_blocks.popleft() for _ in range(min(self.blocks_needed(len(token_ids)),
+                                                                len(self.free_blocks)))]
+        if len(table) < self.blocks_needed(len(token_ids)):
+            raise OutOfBlocksError("short")""",
+                  ("        if not self.can_allocate(token_ids):\n", "        if False:\n"))
+    _fails(lambda: checks.check_allocate_and_free(cls), "must change nothing")
+
+
+def test_demo_student_refusing_with_index_error_is_reported():
+    spec = runpy.run_path(str(DEMO_SPECS / "buggy-refuse-with-indexerror.py"))
+    cls = _allocator_class(spec["ANSWERS"]["block_allocator"])
+    checks.check_slot(cls)
+    _fails(lambda: checks.check_append_slot(cls), "the documented refusal")
 
 
 def test_append_that_always_takes_a_block_is_reported():

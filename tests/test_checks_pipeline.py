@@ -322,21 +322,69 @@ def _preempt(self, request, output):
 
 
 @pytest.mark.slow
-def test_reference_answers_serve_smollm2_like_the_reference_engine(reference, smollm2):
-    model, tokenizer = smollm2
-    prompts = checks.chat_prompts(tokenizer, ["What is the capital of France?", "Name three colors.",
-                                              "Write a haiku about the sea.", "What is 2 + 2?"])
-    engine = checks.check_engine_matches_reference(reference["BlockAllocator"], reference["FCFSScheduler"], model,
-                                                   tokenizer, prompts, max_tokens=16, num_blocks=9, block_size=16,
-                                                   require_preemption=True)
-    assert engine.stats.num_preemptions >= 1
+def test_reference_answers_serve_smollm2_like_the_reference_engine(reference):
+    checks.check_engine_matches_reference(reference["BlockAllocator"], reference["FCFSScheduler"],
+                                          ["What is the capital of France?", "Name three colors.",
+                                           "Write a haiku about the sea.", "What is 2 + 2?"],
+                                          max_tokens=16, num_blocks=9, block_size=16, require_preemption=True)
 
 
 @pytest.mark.slow
-def test_engine_check_rejects_a_scheduler_that_leaks_blocks(smollm2):
-    model, tokenizer = smollm2
+def test_engine_check_rejects_a_scheduler_that_leaks_blocks():
     student = _student(_demo_answers("buggy-finish-without-free"))
-    prompts = checks.chat_prompts(tokenizer, ["Say hello.", "List two animals.", "Is the sun a star?"])
     with pytest.raises(CheckFailed, match="planned an empty step|still held"):
-        checks.check_engine_matches_reference(student["BlockAllocator"], student["FCFSScheduler"], model, tokenizer,
-                                              prompts, max_tokens=8, num_blocks=40, block_size=4, max_num_seqs=2)
+        checks.check_engine_matches_reference(student["BlockAllocator"], student["FCFSScheduler"],
+                                              ["Say hello.", "List two animals.", "Is the sun a star?"],
+                                              max_tokens=8, num_blocks=40, block_size=4, max_num_seqs=2)
+
+
+# ----- holes closed ----------------------------------------------------------------------------------
+
+
+def test_finished_requests_left_running_under_another_name_fail(reference):
+    """The old check read ``scheduler.running``; this scheduler keeps its list as ``active``."""
+    student = _student(_demo_answers("buggy-finished-stay-running"))
+    assert "self.running" not in _demo_answers("buggy-finished-stay-running")["scheduler"]
+    for name in ("all_fit", "blocks_run_out", "decodes_first", "finish_frees_blocks", "preemption"):
+        checks.check_scheduler_scenario(student["FCFSScheduler"], name)
+    with pytest.raises(CheckFailed, match="take them out of self.running"):
+        checks.check_scheduler_scenario(student["FCFSScheduler"], "stop_conditions")
+
+
+def test_a_request_that_preempts_itself(reference):
+    checks.check_scheduler_scenario(reference["FCFSScheduler"], "preempts_itself")
+    spares_the_newest = """
+def _preempt(self, request, output):
+    if request is self.running[-1] and len(self.running) > 1:
+        request = self.running[-2]   # spares the newest, the one asking for room
+    self.running.remove(request)
+    self.allocator.free(request.request_id)
+    move(request, RequestStatus.PREEMPTED)
+    request.num_computed_tokens = 0
+    request.num_preemptions += 1
+    self.waiting.appendleft(request)
+    output.preempted.append(request)
+"""
+    scheduler = _with_method(reference, "FCFSScheduler", "_preempt", spares_the_newest)
+    with pytest.raises(CheckFailed):
+        checks.check_scheduler_scenario(scheduler, "preempts_itself")
+
+
+def test_the_scheduler_gets_a_lent_allocator_and_made_requests(reference):
+    """The check's allocator is lent (methods only); the requests are built with checks.make."""
+    seen = {}
+
+    class Spy(reference["FCFSScheduler"]):
+        def __init__(self, config, allocator):
+            seen["allocator"] = allocator
+            super().__init__(config, allocator)
+
+    checks.check_scheduler_scenario(Spy, "all_fit")
+    assert hasattr(seen["allocator"], "can_allocate") and hasattr(seen["allocator"], "append_slot")
+    request = checks.make_request("r", 3, status=RequestStatus.RUNNING)
+    assert request.status is RequestStatus.RUNNING and request.num_tokens == 3
+
+
+def test_chat_prompts_come_from_smollm2s_template():
+    prompt = checks.chat_prompts(["Say hi."])[0]
+    assert "Say hi." in prompt and prompt.rstrip().endswith("assistant")

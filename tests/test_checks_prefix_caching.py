@@ -155,3 +155,62 @@ def test_eviction_stops_the_lookup(reference):
 def test_reexporting_the_reference_earns_nothing():
     with pytest.raises(CheckFailed, match="reference"):
         checks.check_hash_blocks(checks.reference_hash_blocks, WORKED, 4)
+
+
+# ---------------------------------------------------------------------------------------------
+# The student's hashing driving the real engine's prefix cache (the tiny model keeps these fast)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_reference_answers_drive_the_engine_like_the_course(reference):
+    checks.check_prefix_cache_in_engine(reference["hash_blocks"], reference["longest_cached_prefix"], model="tiny")
+    checks.check_prefix_cache_in_engine(reference["hash_blocks"], reference["longest_cached_prefix"], model="tiny",
+                                        shared_tokens=21, own_lengths=(4, 4), block_size=4, seed=2)
+
+
+@pytest.mark.parametrize("demo, phrase", [
+    ("buggy-whole-prompt-hit", "longest_cached_prefix returned"),
+    ("buggy-partial-block-hash", "hash_blocks returned"),
+])
+def test_demo_bugs_stop_the_engine_with_the_reason(demo, phrase):
+    student = _demo(demo)
+    with pytest.raises(CheckFailed, match=phrase):
+        checks.check_prefix_cache_in_engine(student["hash_blocks"], student["longest_cached_prefix"], model="tiny")
+
+
+def test_a_cache_that_never_hits_keeps_the_tokens_but_not_the_savings(reference):
+    def never_hits(token_ids, cache, block_size):
+        return 0
+
+    with pytest.raises(CheckFailed, match="positions the model computed"):
+        checks.check_prefix_cache_in_engine(reference["hash_blocks"], never_hits, model="tiny")
+
+
+def test_unchained_hashes_are_caught_by_the_unit_check():
+    def unchained(token_ids, block_size):
+        return [hash_block(b"", token_ids[start:start + block_size])
+                for start in range(0, len(token_ids) - block_size + 1, block_size)]
+
+    with pytest.raises(CheckFailed, match="cover everything before it"):
+        checks.check_hash_blocks(unchained, [5, 6, 7, 8, 1, 2, 3, 4], 4)
+
+
+def test_the_engine_measures_what_the_cache_saved(reference):
+    from course_lib.checks.decode import tiny_model
+    from course_lib.checks import smollm2
+
+    _, tokenizer = smollm2()
+    prompts = checks._users(0, 40, [5, 9, 3], 96, 8)
+    on = checks.serve_shared_prompt(tiny_model(seed=6), tokenizer, prompts, block_size=8, enable_prefix_caching=True,
+                                    hash_blocks=reference["hash_blocks"],
+                                    longest_cached_prefix=reference["longest_cached_prefix"])
+    off = checks.serve_shared_prompt(tiny_model(seed=6), tokenizer, prompts, block_size=8, enable_prefix_caching=False)
+    assert on["tokens"] == off["tokens"]
+    assert on["cached_tokens"] > 0 and on["positions"] < off["positions"]
+    assert off["positions"] - on["positions"] == on["cached_tokens"]   # every hit is a prefill token not run
+    assert on["peak_blocks"] < off["peak_blocks"]
+
+
+@pytest.mark.slow
+def test_reference_answers_drive_smollm2s_prefix_cache(reference):
+    checks.check_prefix_cache_in_engine(reference["hash_blocks"], reference["longest_cached_prefix"])

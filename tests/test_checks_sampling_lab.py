@@ -117,7 +117,7 @@ def apply_temperature(logits, temperature):
     return logits / temperature
 ''')
     checks.check_apply_temperature(apply_temperature, WORKED, 0.5)
-    with pytest.raises(CheckFailed, match="should raise ValueError"):
+    with pytest.raises(CheckFailed, match="returned instead of raising ValueError"):
         checks.check_apply_temperature(apply_temperature, WORKED, 0)
 
 
@@ -192,11 +192,27 @@ def test_reexported_reference_filter_fails():
 
 
 @pytest.mark.slow
-def test_reference_filters_pass_on_smollm2_logits(reference, smollm2):
-    model, tokenizer = smollm2
-    logits = checks.next_token_logits(model, tokenizer, "My favourite fruit is")
+def test_reference_filters_pass_on_smollm2_logits(reference):
+    logits = checks.next_token_logits("My favourite fruit is")
     assert logits.shape == (1, model.config.vocab_size)
     checks.check_apply_temperature(reference["apply_temperature"], logits, 0.7)
     checks.check_top_k_filter(reference["top_k_filter"], logits, 40)
     checks.check_top_p_filter(reference["top_p_filter"], logits, 0.9)
     checks.check_min_p_filter(reference["min_p_filter"], logits, 0.05)
+
+
+def test_temperature_zero_must_raise_the_documented_value_error(reference):
+    checks.check_apply_temperature(reference["apply_temperature"], checks.random_logits(seed=0), 0)
+
+    def divides_anyway(logits, temperature):
+        return logits / max(temperature, 1e-9)
+
+    with pytest.raises(CheckFailed, match="returned instead of raising ValueError"):
+        checks.check_apply_temperature(divides_anyway, checks.random_logits(seed=0), 0)
+
+    def asserts(logits, temperature):
+        assert temperature > 0
+        return logits / temperature
+
+    with pytest.raises(CheckFailed, match="raised AssertionError; the documented error is ValueError"):
+        checks.check_apply_temperature(asserts, checks.random_logits(seed=0), 0)

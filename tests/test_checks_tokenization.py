@@ -81,9 +81,9 @@ def test_hand_example_matches_the_outline(reference):
     assert reference["merge_pair"](list(b"aaabdaaabac"), (97, 97), 256) == [256, 97, 98, 100, 256, 97, 98, 97, 99]
 
 
-def _failure(check, *args) -> str:
+def _failure(check, *args, **kwargs) -> str:
     with pytest.raises(CheckFailed) as caught:
-        check(*args)
+        check(*args, **kwargs)
     return str(caught.value)
 
 
@@ -214,9 +214,106 @@ def test_smollm2_embedding_matches_the_gguf_file():
     table = checks.smollm2_embedding_table()
     assert table.shape == (49_152, 576) and table.dtype == torch.float32
 
+    def embed(token_ids, table):
+        return table[torch.as_tensor(token_ids)]
+
+    checks.check_embed(embed, [19556, 905], "smollm2")  # the table named, not passed
+    assert "differ from the table" in _failure(checks.check_embed, lambda ids, table: embed(ids, table) * 2,
+                                               [19556, 905], "smollm2")
+    with pytest.raises(ValueError, match="'smollm2'"):
+        checks.check_embed(embed, [1], "llama")
+
 
 def test_solution_header_announces_the_total_points():
     notebook = nbformat.read(SOLUTION, as_version=4)
     graded = [cell.metadata["nbgrader"] for cell in notebook.cells if cell.metadata.get("nbgrader", {}).get("grade")]
     total = sum(meta["points"] for meta in graded)
     assert f"**{total:g} points** in {len(graded)} graded test cells" in notebook.cells[0].source
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs described by plain arguments, and the documented ValueError
+# ---------------------------------------------------------------------------------------------
+
+
+def test_inputs_built_inside_the_checks_match_the_explicit_ones(reference):
+    cat = (CAT_TEXT, 275)
+    checks.check_encode(reference["encode"], "the rat sat", trained_on=cat)
+    checks.check_decode(reference["decode"], text="the naïve cat ✓", trained_on=cat)
+    checks.check_decode(reference["decode"], random_ids=(3, 50), trained_on=(MIXED_TEXT, 300))
+    checks.check_build_vocab(reference["build_vocab"], trained_on=cat)
+    with pytest.raises(ValueError, match="exactly one"):
+        checks.check_encode(reference["encode"], "x", {}, trained_on=cat)
+    with pytest.raises(ValueError, match="exactly one"):
+        checks.check_decode(reference["decode"], [1], text="x", trained_on=cat)
+
+
+def test_decode_bugs_are_caught_on_inputs_built_inside_the_check():
+    buggy = _student(_demo_answers("buggy-decode-per-token"))
+    message = _failure(checks.check_decode, buggy["decode"], text="the naïve cat ✓", trained_on=(CAT_TEXT, 275))
+    assert "replacement characters" in message
+
+
+def test_unknown_precision_must_raise_value_error(reference):
+    checks.check_bytes_per_element(reference["bytes_per_element"], "fp12")
+    checks.check_bytes_per_element(reference["bytes_per_element"], "FP16")
+    message = _failure(checks.check_bytes_per_element, _student(_demo_answers("buggy-bytes-per-element-keyerror"))["bytes_per_element"],
+                       "fp12")
+    assert "raised KeyError; the docstring promises ValueError" in message
+
+    def silent(precision):
+        return {"fp32": 4.0, "fp16": 2.0}.get(precision, 0.0)
+
+    assert "returned instead of raising" in _failure(checks.check_bytes_per_element, silent, "int2")
+
+    def mute_error(precision):
+        if precision not in {"fp64", "fp32", "fp16", "bf16", "fp8", "int8", "int4"}:
+            raise ValueError("bad")
+        return {"fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}[precision]
+
+    assert "names neither the precision nor the allowed ones" in _failure(
+        checks.check_bytes_per_element, mute_error, "int2")
+
+
+# ---------------------------------------------------------------------------------------------
+# The references: the exercises' form against the platform tokenizer
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["", "aaabdaaabac", "the café 猫 🙂 ok", MIXED_TEXT[::-1], "  spaces\n\n and tabs\t"])
+def test_reference_encode_decode_vocab_agree_with_the_platform_tokenizer(text):
+    from course_lib.tokenizer import BPETokenizer, build_vocab, decode_with_merges, encode_with_merges
+
+    merges = checks.reference_merges(MIXED_TEXT + CAT_TEXT, 320)
+    vocab = build_vocab(merges)
+    tokenizer = BPETokenizer([vocab[token_id] for token_id in range(len(vocab))], merges)
+    ids = encode_with_merges(text, merges)
+    assert ids == tokenizer.encode(text)
+    assert decode_with_merges(ids, merges) == tokenizer.decode(ids) == text
+
+
+def test_smollm2_merges_renumbered_give_smollm2_ids():
+    from course_lib.tokenizer import BPETokenizer, encode_with_merges
+
+    tokenizer = BPETokenizer.from_gguf()
+    merges, own_ids = tokenizer.byte_level_merges()
+    assert len(merges) == len(tokenizer.merges) and list(merges.values())[:2] == [256, 257]
+    for text in ["Return the number of items in a container.", "Straße, naïve café: 猫が好き 🙂", "पुस्तकालय सुबह"]:
+        assert [own_ids[token_id] for token_id in encode_with_merges(text, merges)] == tokenizer.encode(text)
+    first_1000 = dict(list(merges.items())[:1000])
+    assert max(first_1000.values()) == 1255   # a prefix of the merges is a smaller vocabulary
+
+
+def test_a_locked_lab_keeps_smollm2s_tokenizer_and_refuses_custom_merges(monkeypatch):
+    from course_lib import exercises
+    from course_lib.tokenizer import BPETokenizer, build_vocab
+
+    monkeypatch.setattr(exercises, "locked_labs", lambda: frozenset({"lab01-text-to-tensors"}))
+    monkeypatch.setattr("course_lib.tokenizer.is_locked", lambda lab: lab == "lab01-text-to-tensors")
+    smollm2 = BPETokenizer.from_gguf()
+    assert smollm2.decode(smollm2.encode("Hello world")) == "Hello world"
+    merges = {(97, 97): 256}
+    vocab = build_vocab(merges)
+    custom = BPETokenizer([vocab[token_id] for token_id in range(len(vocab))], merges)
+    with pytest.raises(NotImplementedError, match="Lab 0.1 chapter 1"):
+        custom.encode("aaa")

@@ -117,7 +117,7 @@ def test_bad_inputs_raise_clear_errors(smollm2_config):
     with pytest.raises(ValueError, match="precision must be one of"):
         memory.training_memory(10, "int8", 0)
     with pytest.raises(ValueError, match="precision must be one of"):
-        memory.inference_memory(10, "fp8", smollm2_config, 1, 1)
+        memory.inference_memory(10, "fp3", smollm2_config, 1, 1)
     with pytest.raises(ValueError, match="seq_len must be an int >= 1"):
         memory.activation_bytes(smollm2_config, 1, 0, 2)
     with pytest.raises(ValueError, match="batch_size must be an int >= 0"):

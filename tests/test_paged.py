@@ -360,3 +360,63 @@ class _CachedContentMachine(PrefixCachingAllocatorMachine):
 
 def test_prefix_hits_return_blocks_with_the_same_tokens():
     run_state_machine_as_test(_CachedContentMachine, settings=settings(max_examples=40, stateful_step_count=30, deadline=None))
+
+
+# ----- prefix caching runs on the two functions the allocator is given (Lab 0.2 chapter 5) --------
+
+
+def test_prefix_caching_runs_on_the_functions_it_is_given():
+    from course_lib.paged import hash_blocks, longest_cached_prefix
+
+    calls = {"hash": 0, "lookup": 0}
+
+    def counting_hash(token_ids, block_size):
+        calls["hash"] += 1
+        return hash_blocks(token_ids, block_size)
+
+    def counting_lookup(token_ids, cache, block_size):
+        calls["lookup"] += 1
+        return longest_cached_prefix(token_ids, cache, block_size)
+
+    allocator = BlockAllocator(16, 4, enable_prefix_caching=True, hash_blocks=counting_hash,
+                               longest_cached_prefix=counting_lookup)
+    prompt = list(range(10))
+    allocator.allocate("a", prompt)
+    allocator.mark_computed("a", prompt, 10)
+    assert allocator.allocate("b", prompt + [99]) == 8
+    assert calls["hash"] >= 1 and calls["lookup"] >= 1
+
+
+@pytest.mark.parametrize("lookup, message", [
+    (lambda token_ids, cache, block_size: len(token_ids), "less than the prompt's length"),
+    (lambda token_ids, cache, block_size: 3, "multiple of block_size"),
+    (lambda token_ids, cache, block_size: 8 if len(token_ids) > 8 else 0, "hash is not in the cache"),
+])
+def test_wrong_lookups_are_refused_before_they_share_blocks(lookup, message):
+    allocator = BlockAllocator(16, 4, enable_prefix_caching=True, hash_blocks=None, longest_cached_prefix=lookup)
+    with pytest.raises(ValueError, match=message):
+        allocator.allocate("a", list(range(12)))
+
+
+def test_a_hash_for_a_partial_block_is_refused():
+    from course_lib.paged import hash_blocks
+
+    def with_partial(token_ids, block_size):
+        return hash_blocks(token_ids + [0] * (-len(token_ids) % block_size), block_size)
+
+    allocator = BlockAllocator(16, 4, enable_prefix_caching=True, hash_blocks=with_partial)
+    allocator.allocate("a", list(range(10)))
+    with pytest.raises(ValueError, match="one per full block"):
+        allocator.mark_computed("a", list(range(10)), 10)
+
+
+def test_without_lab_02_prefix_caching_is_off_with_a_warning(monkeypatch):
+    import course_lib.paged as paged_module
+
+    monkeypatch.setattr(paged_module, "is_locked", lambda lab: lab == "lab02-prefill-vs-decode")
+    monkeypatch.setattr(paged_module, "_WARNED", set())
+    with pytest.warns(UserWarning, match="prefix caching is off"):
+        allocator = BlockAllocator(16, 4, enable_prefix_caching=True)
+    assert allocator.enable_prefix_caching is False
+    assert BlockAllocator(16, 4, enable_prefix_caching=True, hash_blocks=lambda t, b: [],
+                          longest_cached_prefix=lambda t, c, b: 0).enable_prefix_caching is True

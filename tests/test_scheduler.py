@@ -335,3 +335,70 @@ def test_tight_pool_forces_preemption_and_everyone_still_finishes():
     }
     scheduler = simulate(workload, config, seed=1, sample_eos=False)
     assert scheduler.num_preemptions > 0
+
+
+# ----- the batch planner is a function the scheduler takes (Lab 0.2 chapter 5) -------------------
+
+
+def _planned(build_batch, chunked=True, budget=16):
+    from course_lib.paged import BlockAllocator
+    from course_lib.sampling import SamplingParams
+    from course_lib.scheduler import Request, Scheduler, SchedulerConfig
+
+    allocator = BlockAllocator(64, 4)
+    scheduler = Scheduler(SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=budget,
+                                          enable_chunked_prefill=chunked), allocator, build_batch=build_batch)
+    for index, length in enumerate((5, 30)):
+        scheduler.add(Request(f"r{index}", list(range(1, length + 1)), SamplingParams(max_tokens=3)))
+    return scheduler, scheduler.schedule()
+
+
+def test_the_scheduler_plans_with_the_build_batch_it_is_given():
+    from course_lib.scheduler import build_batch
+
+    calls = []
+
+    def recording(decode_ids, prefill_queue, token_budget, chunked=True):
+        calls.append((list(decode_ids), list(prefill_queue), token_budget, chunked))
+        return build_batch(decode_ids, prefill_queue, token_budget, chunked)
+
+    _, output = _planned(recording)
+    assert [(chunk.request.request_id, chunk.num_tokens) for chunk in output.chunks] == [("r0", 5), ("r1", 11)]
+    assert calls[-1] == ([], [("r0", 5), ("r1", 30)], 16, True)
+
+
+def _when_both_queued(wrong_plan):
+    """A planner that answers like the reference until both prompts are in its queue, then ``wrong_plan``."""
+    from course_lib.scheduler import build_batch
+
+    def plan(decode_ids, prefill_queue, token_budget, chunked=True):
+        if [request_id for request_id, _ in prefill_queue] == ["r0", "r1"]:
+            return wrong_plan
+        return build_batch(decode_ids, prefill_queue, token_budget, chunked)
+
+    return plan
+
+
+@pytest.mark.parametrize("wrong_plan, message", [
+    ([("r1", 11), ("r0", 5)], None),
+    ([("r0", 5), ("r1", 40)], "tokens; it has 30 left"),
+    ([("r0", 5), ("nobody", 3)], "not \\(or no longer\\) in the prefill queue"),
+    ([("r0", 5), ("r1", 12)], "more than the token budget"),
+    ("r0", "pairs"),
+])
+def test_the_scheduler_refuses_a_plan_it_cannot_run(wrong_plan, message):
+    if message is None:   # the order of prefills does not matter to the engine
+        _planned(_when_both_queued(wrong_plan))
+        return
+    with pytest.raises(ValueError, match=message):
+        _planned(_when_both_queued(wrong_plan))
+
+
+def test_without_lab_02_chunked_prefill_is_off_with_a_warning(monkeypatch):
+    import course_lib.scheduler as scheduler_module
+
+    monkeypatch.setattr(scheduler_module, "is_locked", lambda lab: lab == "lab02-prefill-vs-decode")
+    with pytest.warns(UserWarning, match="chunked prefill is off"):
+        scheduler, output = _planned(None, chunked=True, budget=32)
+    assert scheduler.config.enable_chunked_prefill is False
+    assert [(chunk.request.request_id, chunk.num_tokens) for chunk in output.chunks] == [("r0", 5)]   # r1 waits whole

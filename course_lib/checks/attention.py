@@ -10,9 +10,18 @@ given the key/value heads repeated for grouped-query attention and an explicit b
 Tolerances for fp32 inputs: relative 1e-4, absolute 1e-5 (the sums are reordered, so results
 differ from torch's in the last bits, never by more).
 
-The tiled version must never build a tensor as large as one head's full q_len x kv_len score
-matrix: the check runs it under a ``TorchFunctionMode`` that records the storage size of every
-tensor a torch function returns (deterministic, unlike peak-memory counters).
+The tiled version is also checked for *being tiled*, by two behaviours the check can see:
+
+- **Its sums follow the key tiles.** An online softmax adds the tiles one after another and
+  rescales the running sums at every tile, so its result depends, in the last bits, on block_k:
+  with several key tiles it differs from the same call with one tile covering every key. Code that
+  ignores block_k (a plain softmax over whole rows of keys, per block of queries) gives identical
+  bits for every block_k, and fails.
+- **No full score matrix.** Run locally, the tiled function runs under a ``TorchFunctionMode`` that
+  records the storage size of every tensor a torch function returns (deterministic, unlike
+  peak-memory counters); none may be as large as one head's q_len x kv_len scores. When grading,
+  the student's code runs in its own kernel, where the grader cannot watch its tensors; the first
+  behaviour is then the one checked.
 """
 
 from __future__ import annotations
@@ -28,11 +37,13 @@ from course_lib import roofline
 from course_lib.checks import (
     call_student,
     fail,
+    is_remote,
     one_thread,
     register_reference_names,
     require_own_implementation,
     short_repr,
 )
+from course_lib.checks.fixtures import recorded_check, reference
 
 __all__ = [
     "ATOL",
@@ -54,6 +65,9 @@ register_reference_names(
 
 RTOL = 1e-4
 ATOL = 1e-5
+
+_reference_linear_cost = reference(roofline.linear_cost)
+_reference_attention_cost = reference(roofline.attention_cost)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,6 +182,7 @@ def _describe_call(name: str, q, k, extras: str = "") -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+@recorded_check
 def check_naive_attention(
     student_naive_attention: Callable, q_len: int, kv_len: int, num_q_heads: int, num_kv_heads: int,
     head_dim: int, *, seed: int = 0, scale: float | None = None,
@@ -187,11 +202,13 @@ def check_naive_attention(
 # ---------------------------------------------------------------------------------------------
 
 
+@recorded_check
 def check_flash_attention(
     student_flash_attention: Callable, q_len: int, kv_len: int, num_q_heads: int, num_kv_heads: int,
     head_dim: int, *, block_q: int, block_k: int, seed: int = 0, scale: float | None = None,
 ) -> None:
-    """``student_flash_attention(q, k, v, block_q=, block_k=, scale=)`` must match torch SDPA."""
+    """``student_flash_attention(q, k, v, block_q=, block_k=, scale=)`` must match torch SDPA, and, with
+    more than one key tile, walk the keys tile by tile (see the module docstring)."""
     require_own_implementation(student_flash_attention, "flash_attention")
     q, k, v = random_qkv(q_len, kv_len, num_q_heads, num_kv_heads, head_dim, seed=seed)
     kwargs = {"block_q": block_q, "block_k": block_k}
@@ -215,6 +232,34 @@ def check_flash_attention(
                     "sum AND the accumulator by exp(m - m_new) before adding the tile; divide by the sum only "
                     "at the end; and check the tile bounds when block sizes do not divide the lengths.")
     _check_output(got, expected, call, q, k, v, scale, extra_hint=hint)
+    _require_key_tiles(student_flash_attention, got, q, k, v, kwargs, call)
+
+
+def _require_key_tiles(student_flash_attention: Callable, tiled: torch.Tensor, q, k, v, kwargs: dict,
+                       call: str) -> None:
+    """Fail when the result has the same bits with one key tile as with ``kwargs["block_k"]``-sized ones.
+
+    An online softmax sums tile after tile and rescales at each one, so the rounding (and with it
+    the last bits of most outputs) changes with the number of key tiles; a softmax over whole rows
+    of keys does not depend on block_k at all.
+    """
+    kv_len = k.shape[0]
+    if kwargs["block_k"] >= kv_len:
+        return  # a single key tile either way: nothing to tell apart
+    one_tile = dict(kwargs, block_k=kv_len)
+    with one_thread():
+        single = call_student(student_flash_attention, f"{call} with block_k={kv_len}", q.clone(), k.clone(), v.clone(),
+                              copy_args=False, show_args=False, **one_tile)
+    if isinstance(single, torch.Tensor) and single.shape == tiled.shape and torch.equal(single, tiled):
+        fail(f"{call} gives bit for bit the same result as with one key tile (block_k={kv_len}): it does not "
+             "depend on block_k, so the keys are not processed tile by tile",
+             expected=f"keys in tiles of {kwargs['block_k']}, a running max, sum and accumulator per query row",
+             got="a result independent of block_k",
+             hint="for each block of queries, loop over blocks of block_k keys; for each, compute only that "
+                  "tile's scores, update the running max m, rescale the running sum and accumulator by "
+                  "exp(m_old - m_new), add the tile's exp(scores - m_new) and its weighted values; divide once "
+                  "at the end. A softmax over the whole row of scores is naive attention, whatever the loop "
+                  "around it.")
 
 
 class _LargestTensor(TorchFunctionMode):
@@ -260,21 +305,30 @@ def _run_own_attention(student_function: Callable, call: str, *args: Any, **kwar
     return result
 
 
+@recorded_check
 def check_flash_attention_memory(
     student_flash_attention: Callable, seq_len: int = 512, *, block: int = 64, num_q_heads: int = 4,
     num_kv_heads: int = 2, head_dim: int = 16,
 ) -> None:
     """The tiled version, run on a prefill of ``seq_len`` tokens with ``block``-sized tiles, must be
-    right and must never create a tensor with as many elements as one head's score matrix
-    (``seq_len * seq_len``), not even a full-size mask."""
+    right, walk the keys tile by tile, and (watched locally) never create a tensor with as many
+    elements as one head's score matrix (``seq_len * seq_len``), not even a full-size mask."""
     require_own_implementation(student_flash_attention, "flash_attention")
     q, k, v = random_qkv(seq_len, seq_len, num_q_heads, num_kv_heads, head_dim, seed=7)
     call = _describe_call("flash_attention", q, k, f", block_q={block}, block_k={block}")
-    with one_thread():
-        got, largest, description = call_student(
-            largest_tensor_during, call, student_flash_attention, q.clone(), k.clone(), v.clone(),
-            copy_args=False, show_args=False, block_q=block, block_k=block,
-        )
+    kwargs = {"block_q": block, "block_k": block}
+    if is_remote(student_flash_attention):
+        # The student's tensors live in another process: only the result and its bits can be compared.
+        with one_thread():
+            got = call_student(student_flash_attention, call, q.clone(), k.clone(), v.clone(), copy_args=False,
+                               show_args=False, **kwargs)
+        largest = 0
+    else:
+        with one_thread():
+            got, largest, description = call_student(
+                largest_tensor_during, call, student_flash_attention, q.clone(), k.clone(), v.clone(),
+                copy_args=False, show_args=False, **kwargs,
+            )
     full_matrix = seq_len * seq_len
     if largest >= full_matrix:
         fail(f"{call} created a tensor as large as a full {seq_len} x {seq_len} score matrix",
@@ -285,6 +339,7 @@ def check_flash_attention_memory(
     _check_output(got, sdpa_reference(q, k, v), call, q, k, v, None, extra_hint=(
         "the tiles do not combine into the right result; the flash_attention test cells above give a more "
         "specific hint on smaller inputs."))
+    _require_key_tiles(student_flash_attention, got, q, k, v, kwargs, call)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,6 +359,7 @@ def _check_cost(got, expected: roofline.Cost, call: str, hints: dict[str, str]) 
             fail(f"{call}: wrong number of {part}", expected=value, got=got[index], hint=hints[part])
 
 
+@recorded_check
 def check_linear_cost(
     student_linear_cost: Callable, num_tokens: int, in_features: int, out_features: int, bytes_per_element: float,
 ) -> None:
@@ -312,7 +368,7 @@ def check_linear_cost(
     call = f"linear_cost({num_tokens}, {in_features}, {out_features}, {bytes_per_element})"
     got = call_student(student_linear_cost, call, num_tokens, in_features, out_features, bytes_per_element,
                        show_args=False)
-    expected = roofline.linear_cost(num_tokens, in_features, out_features, bytes_per_element)
+    expected = _reference_linear_cost(num_tokens, in_features, out_features, bytes_per_element)
     _check_cost(got, expected, call, {
         "flops": "each output number is a dot product of length in_features: in_features multiplies and adds, "
                  "2 FLOPs each, so 2 * num_tokens * in_features * out_features.",
@@ -321,6 +377,7 @@ def check_linear_cost(
     })
 
 
+@recorded_check
 def check_attention_cost(
     student_attention_cost: Callable, q_len: int, kv_len: int, num_q_heads: int, num_kv_heads: int,
     head_dim: int, bytes_per_element: float, materialize_scores: bool,
@@ -331,8 +388,8 @@ def check_attention_cost(
     arguments = (q_len, kv_len, num_q_heads, num_kv_heads, head_dim, bytes_per_element, materialize_scores)
     call = f"attention_cost{arguments}"
     got = call_student(student_attention_cost, call, *arguments, show_args=False)
-    expected = roofline.attention_cost(q_len, kv_len, num_q_heads, num_kv_heads, head_dim, bytes_per_element,
-                                       materialize_scores=materialize_scores)
+    expected = _reference_attention_cost(q_len, kv_len, num_q_heads, num_kv_heads, head_dim, bytes_per_element,
+                                         materialize_scores=materialize_scores)
     _check_cost(got, expected, call, {
         "flops": "two matrix products per query head, q k^T and p v, each 2 * q_len * kv_len * head_dim FLOPs: "
                  "4 * q_len * kv_len * num_q_heads * head_dim (count masked scores too).",

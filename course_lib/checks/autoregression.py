@@ -1,150 +1,52 @@
-"""Checks for Lab 0.2, chapter 1 (autoregression: the cost of generating with and without a KV cache).
+"""Checks for Lab 0.2, chapter 1 (autoregression, measured: what generating costs, and how to time it).
 
-The counting rules, stated once (the notebook explains them):
-
-- Generating ``new_tokens`` tokens from a ``prompt_len``-token prompt takes ``new_tokens`` forward
-  passes. Pass k (from 1) produces token k; the last token produced is never run through the model.
-- Without a cache, pass k runs the whole sequence so far: ``prompt_len + k - 1`` tokens.
-- With a cache, pass 1 runs the prompt (the prefill) and every later pass runs one token.
-- FLOPs: ``2 * num_parameters`` per token run (one multiply and one add per weight), plus
-  attention: a token that attends over ``n`` keys costs ``4 * num_layers * num_q_heads * head_dim * n``
-  (``q @ K^T`` and ``probabilities @ V``, 2 FLOPs per multiply-add each). Causally, the token at
-  position j (from 0) attends over j + 1 keys.
-
-``check_greedy_generate`` runs the student's generation loop on the real model wrapped in a
-counter, so it can tell "wrong tokens" from "right tokens, but recomputed everything".
+- ``generation_flops`` is compared with :func:`course_lib.roofline.generation_flops` (FLOPs pass by
+  pass: 2 per parameter per token run, plus causal attention).
+- ``fastest(function, repeats)`` gets a function lent by the check (``checks.share``) whose calls
+  sleep for known, different times; the check counts the calls and times them on its side, so the
+  answer must be the minimum of ``repeats`` calls, in seconds.
+- ``time_step(model, config, token_ids, use_cache, repeats)`` gets the check's model, lent inside a
+  wrapper that records, on the check's side, every forward call: how many tokens at which
+  positions, whether a cache came along and how many tokens it held, and how long the call took.
+  The *timed* calls must be the step the exercise describes (the whole context without a cache;
+  one token at position ``cache.seq_len`` with one), ``repeats`` of them, and the time returned
+  must be one the check saw (within the overhead of calling across processes).
+- ``fit_step_time(context_lens, seconds)`` is compared with ``numpy.polyfit(..., 1)``, an
+  implementation outside this course, and must raise ValueError for a line it cannot fit.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
+import time
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
-from course_lib.checks import call_student, fail, register_reference_names, require_own_implementation, short_repr
-from course_lib.model import ModelConfig, greedy_generate
+from course_lib import roofline
+from course_lib.checks import call_student, fail, one_thread, register_reference_names, require_own_implementation, share
+from course_lib.checks import short_repr, smollm2
+from course_lib.checks._shared import expect_raises, lend_config
+from course_lib.checks.fixtures import recorded_check, reference
+from course_lib.model import ModelConfig
 
 __all__ = [
-    "CountingModel",
+    "check_fastest",
+    "check_fit_step_time",
     "check_generation_flops",
-    "check_greedy_generate",
-    "check_tokens_processed",
+    "check_time_step",
     "reference_generation_flops",
-    "reference_tokens_processed",
 ]
 
-register_reference_names("greedy_generate", "reference_tokens_processed", "reference_generation_flops")
+register_reference_names("generation_flops", "reference_generation_flops", "fastest", "time_step", "fit_step_time")
 
+reference_generation_flops = reference(roofline.generation_flops)
+"""FLOPs to generate ``new_tokens`` tokens (``course_lib.roofline.generation_flops``)."""
 
-# ---------------------------------------------------------------------------------------------
-# The reference counts
-# ---------------------------------------------------------------------------------------------
-
-
-def _check_lengths(prompt_len: int, new_tokens: int) -> None:
-    for name, value, minimum in (("prompt_len", prompt_len, 1), ("new_tokens", new_tokens, 0)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-
-
-def _sequence_lengths(prompt_len: int, new_tokens: int) -> list[int]:
-    """Length of the sequence the model has seen after forward pass k, for k = 1..new_tokens."""
-    return [prompt_len + step - 1 for step in range(1, new_tokens + 1)]
-
-
-def reference_tokens_processed(prompt_len: int, new_tokens: int, use_cache: bool) -> int:
-    """Tokens run through the model to generate ``new_tokens`` tokens (rules in the module docstring).
-
-    Without a cache: new_tokens * prompt_len + new_tokens * (new_tokens - 1) / 2.
-    With a cache: prompt_len + new_tokens - 1 (0 when new_tokens is 0).
-    """
-    _check_lengths(prompt_len, new_tokens)
-    if new_tokens == 0:
-        return 0
-    if use_cache:
-        return prompt_len + new_tokens - 1
-    return sum(_sequence_lengths(prompt_len, new_tokens))
-
-
-def reference_generation_flops(config: ModelConfig, num_parameters: int, prompt_len: int, new_tokens: int,
-                               use_cache: bool) -> int:
-    """FLOPs to generate ``new_tokens`` tokens: weights (2 per parameter per token) plus attention."""
-    _check_lengths(prompt_len, new_tokens)
-    per_key = 4 * config.num_layers * config.num_q_heads * config.head_dim
-    total = 0
-    for step, seq_len in enumerate(_sequence_lengths(prompt_len, new_tokens), start=1):
-        if use_cache and step > 1:
-            run_tokens, keys_attended = 1, seq_len  # one new token, attending over the whole cache
-        else:
-            run_tokens, keys_attended = seq_len, seq_len * (seq_len + 1) // 2  # causal: 1 + 2 + ... + seq_len
-        total += 2 * num_parameters * run_tokens + per_key * keys_attended
-    return total
-
-
-# ---------------------------------------------------------------------------------------------
-# (a) tokens processed, (b) FLOPs
-# ---------------------------------------------------------------------------------------------
-
-
-def check_tokens_processed(student_tokens_processed: Callable, prompt_len: int, new_tokens: int,
-                           use_cache: bool) -> None:
-    """``student_tokens_processed(prompt_len, new_tokens, use_cache)`` must give the reference's count."""
-    require_own_implementation(student_tokens_processed, "tokens_processed")
-    got = call_student(student_tokens_processed, "tokens_processed", prompt_len, new_tokens, use_cache)
-    expected = reference_tokens_processed(prompt_len, new_tokens, use_cache)
-    call = f"tokens_processed(prompt_len={prompt_len}, new_tokens={new_tokens}, use_cache={use_cache})"
-    if _as_int(got) == expected:
-        return
-    got_int = _as_int(got)
-    if got_int is None:
-        fail(f"{call} must return an int", expected=expected, got=got,
-             hint="a count of tokens is a whole number: use // for the halving, not /.")
-    if use_cache:
-        hint = "with a cache: the prompt runs once (pass 1), then each later pass runs the one token just produced."
-        if got_int == expected + 1:
-            hint = ("one too many: the last token generated is never fed back, because no pass comes after it. "
-                    "new_tokens tokens take new_tokens passes: the prefill plus new_tokens - 1 single tokens.")
-        elif got_int == new_tokens:
-            hint = "the prompt is not free: pass 1 runs all prompt_len prompt tokens to fill the cache."
-    else:
-        hint = "without a cache, pass k (from 1) runs the whole sequence so far: prompt_len + k - 1 tokens."
-        if got_int == expected + new_tokens:
-            hint = ("pass k runs prompt_len + k - 1 tokens, not prompt_len + k: the token pass k produces is "
-                    "not in the input yet (and the last one produced is never run).")
-        elif got_int == new_tokens * prompt_len:
-            hint = "the sequence grows by one token after every pass: add the tokens generated so far."
-    fail(call, expected=expected, got=got, hint=hint)
-
-
-def check_generation_flops(student_generation_flops: Callable, config: ModelConfig, num_parameters: int,
-                           prompt_len: int, new_tokens: int, use_cache: bool) -> None:
-    """``student_generation_flops(config, num_parameters, prompt_len, new_tokens, use_cache)``."""
-    require_own_implementation(student_generation_flops, "generation_flops")
-    got = call_student(student_generation_flops, "generation_flops", config, num_parameters, prompt_len, new_tokens,
-                       use_cache)
-    expected = reference_generation_flops(config, num_parameters, prompt_len, new_tokens, use_cache)
-    call = (f"generation_flops(config, num_parameters={num_parameters:,}, prompt_len={prompt_len}, "
-            f"new_tokens={new_tokens}, use_cache={use_cache})")
-    got_int = _as_int(got)
-    if got_int == expected:
-        return
-    if got_int is None:
-        fail(f"{call} must return an int", expected=expected, got=got,
-             hint="FLOP counts here are whole numbers: use // when halving n * (n + 1).")
-    weights_only = 2 * num_parameters * reference_tokens_processed(prompt_len, new_tokens, use_cache)
-    hint = ("per pass: 2 * num_parameters * (tokens run) + 4 * num_layers * num_q_heads * head_dim * (keys "
-            "attended, summed over the tokens run).")
-    if got_int == weights_only:
-        hint = ("the attention term is missing: each token also multiplies its query with every key it sees and "
-                "its probabilities with every value, 4 * num_layers * num_q_heads * head_dim FLOPs per key.")
-    elif not use_cache and got_int > expected:
-        hint = ("causal attention: the token at position j attends over j + 1 keys, so a pass over n tokens "
-                "attends over 1 + 2 + ... + n = n * (n + 1) / 2 keys in total, not n * n.")
-    elif use_cache and got_int < expected:
-        hint = ("with a cache, the new token still attends over *every* cached key (prompt_len + k - 1 of them at "
-                "pass k); the cache saves recomputing keys, not reading them.")
-    fail(call, expected=expected, got=got, hint=hint)
+# A call across processes (when grading) adds a little to what the student's code measures.
+CALL_OVERHEAD_S = 0.25
 
 
 def _as_int(value: Any) -> int | None:
@@ -158,72 +60,226 @@ def _as_int(value: Any) -> int | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# (c) the generation loop on the real model
+# (a) FLOPs
 # ---------------------------------------------------------------------------------------------
 
 
-class CountingModel:
-    """Wraps a ``LlamaModel`` and counts forward calls and the tokens they run; otherwise the model itself.
+@recorded_check
+def check_generation_flops(student_generation_flops: Callable, config: ModelConfig, num_parameters: int,
+                           prompt_len: int, new_tokens: int, use_cache: bool) -> None:
+    """``student_generation_flops(config, num_parameters, prompt_len, new_tokens, use_cache)``."""
+    require_own_implementation(student_generation_flops, "generation_flops")
+    got = call_student(student_generation_flops, "generation_flops", lend_config(config), num_parameters, prompt_len,
+                       new_tokens, use_cache, copy_args=False)
+    call = (f"generation_flops(config, num_parameters={num_parameters:,}, prompt_len={prompt_len}, "
+            f"new_tokens={new_tokens}, use_cache={use_cache})")
+    got_int = _as_int(got)
+    if got_int is None:
+        fail(f"{call} must return an int", expected="int", got=got,
+             hint="FLOP counts here are whole numbers: use // when halving n * (n + 1).")
+    expected = reference_generation_flops(config, num_parameters, prompt_len, new_tokens, use_cache)
+    if got_int == expected:
+        return
+    if use_cache:
+        tokens_run = prompt_len + new_tokens - 1 if new_tokens else 0
+    else:
+        tokens_run = sum(prompt_len + step for step in range(new_tokens))
+    hint = ("per pass: 2 * num_parameters * (tokens run) + 4 * num_layers * num_q_heads * head_dim * (keys "
+            "attended, summed over the tokens run).")
+    if got_int == 2 * num_parameters * tokens_run:
+        hint = ("the attention term is missing: each token also multiplies its query with every key it sees and "
+                "its probabilities with every value, 4 * num_layers * num_q_heads * head_dim FLOPs per key.")
+    elif not use_cache and got_int > expected:
+        hint = ("causal attention: the token at position j attends over j + 1 keys, so a pass over n tokens "
+                "attends over 1 + 2 + ... + n = n * (n + 1) / 2 keys in total, not n * n.")
+    elif use_cache and got_int < expected:
+        hint = ("with a cache, the new token still attends over *every* cached key (prompt_len + k - 1 of them at "
+                "pass k); the cache saves recomputing keys, not reading them.")
+    fail(call, expected=expected, got=got, hint=hint)
 
-    ``model(input_ids, positions, attention, logits_indices)`` and ``model.forward(...)`` both count.
-    Every other attribute (``config``, ``dtype``, ``device``...) is the wrapped model's.
-    """
 
-    def __init__(self, model: torch.nn.Module) -> None:
+# ---------------------------------------------------------------------------------------------
+# (b) the fastest of a few runs
+# ---------------------------------------------------------------------------------------------
+
+
+class _SleepingFunction:
+    """A function lent to ``fastest``: call i sleeps ``durations[i % len]`` seconds; the check times each call."""
+
+    def __init__(self, durations: list[float]) -> None:
+        self.durations = durations
+        self.measured: list[float] = []
+
+    def __call__(self) -> None:
+        start = time.perf_counter()
+        time.sleep(self.durations[len(self.measured) % len(self.durations)])
+        self.measured.append(time.perf_counter() - start)
+
+
+@recorded_check
+def check_fastest(student_fastest: Callable, durations: list[float], repeats: int) -> None:
+    """``student_fastest(function, repeats)`` on a function whose calls take ``durations`` (seconds, in turn)
+    must call it ``repeats`` times and return the shortest time, in seconds. repeats < 1: ValueError."""
+    require_own_implementation(student_fastest, "fastest")
+    function = _SleepingFunction(list(durations))
+    call = f"fastest(function, repeats={repeats}) [the function's calls take {durations} s in turn]"
+    if repeats < 1:
+        expect_raises(student_fastest, call, ValueError, share(function, "__call__"), repeats,
+                      message_names=("repeats",),
+                      hint="with no run there is no time to return: raise ValueError naming repeats.")
+        return
+    got = call_student(student_fastest, call, share(function, "__call__"), repeats, copy_args=False,
+                       show_args=False)
+    if len(function.measured) != repeats:
+        fail(f"{call} called the function {len(function.measured)} times", expected=repeats,
+             got=len(function.measured), hint="call it exactly repeats times, timing each call.")
+    try:
+        value = float(got)
+    except (TypeError, ValueError):
+        fail(f"{call} must return a number of seconds", expected="a float", got=short_repr(got))
+    shortest, longest = min(function.measured), max(function.measured)
+    mean = sum(function.measured) / len(function.measured)
+    if 0.9 * shortest <= value <= shortest + min(CALL_OVERHEAD_S, 0.4 * (mean - shortest) + 0.005):
+        return
+    hint = ("time each call with time.perf_counter() before and after it, and keep the smallest: other programs "
+            "can only add time, so the fastest run is the best estimate of the work itself.")
+    if math.isclose(value, shortest * 1000, rel_tol=0.2):
+        hint = "return seconds, not milliseconds."
+    elif len(function.measured) > 1 and math.isclose(value, mean, rel_tol=0.1):
+        hint = "that is the mean; the noise of a shared machine only adds time, so keep the fastest run."
+    elif math.isclose(value, longest, rel_tol=0.1):
+        hint = "that is the slowest run; keep the fastest."
+    elif value > longest * 1.5:
+        hint = "that looks like the total of all runs; time each call on its own and keep the fastest."
+    fail(f"{call}: the fastest call the check saw took {shortest:.4f} s", expected=f"about {shortest:.4f}",
+         got=value, hint=hint)
+
+
+# ---------------------------------------------------------------------------------------------
+# (c) timing one step, with and without the cache
+# ---------------------------------------------------------------------------------------------
+
+
+class _TimedModel:
+    """The check's model for ``time_step``: records each forward call (tokens, first position, the
+    cache's length before the call, seconds) on the check's side. Lent with ``share(..., "__call__")``."""
+
+    def __init__(self, model) -> None:
         self._model = model
-        self.calls = 0
-        self.tokens_run = 0
+        self.calls: list[dict[str, Any]] = []
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._model, name)
+    def __call__(self, input_ids, positions=None, attention=None, logits_indices=None):
+        input_ids = torch.as_tensor(input_ids)
+        num_tokens = int(input_ids.numel())
+        first_position = 0 if positions is None else int(torch.as_tensor(positions).flatten()[0])
+        cached_before = None if attention is None else int(attention.seq_len)
+        start = time.perf_counter()
+        logits = self._model(input_ids, positions, attention, logits_indices)
+        self.calls.append({"tokens": num_tokens, "position": first_position, "cached": cached_before,
+                           "seconds": time.perf_counter() - start})
+        return logits
 
-    def __call__(self, input_ids: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        self.calls += 1
-        self.tokens_run += int(input_ids.shape[0]) if torch.is_tensor(input_ids) else 0
-        return self._model(input_ids, *args, **kwargs)
 
-    def forward(self, input_ids: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        return self(input_ids, *args, **kwargs)
+def _model_named(model: str):
+    from course_lib.checks.decode import tiny_model
+
+    if model == "smollm2":
+        return smollm2()[0]
+    if model == "tiny":
+        return tiny_model(seed=2)
+    raise ValueError(f"model must be 'smollm2' or 'tiny', got {model!r}")
 
 
-def check_greedy_generate(student_greedy_generate: Callable, model: torch.nn.Module, prompt_ids: list[int],
-                          max_new_tokens: int, use_cache: bool) -> None:
-    """``student_greedy_generate(model, prompt_ids, max_new_tokens, use_cache)`` must give the reference's
-    tokens, running exactly as many tokens through the model as the rule for ``use_cache`` says."""
-    require_own_implementation(student_greedy_generate, "greedy_generate")
-    counting = CountingModel(model)
-    call = f"greedy_generate(model, {short_repr(list(prompt_ids))}, {max_new_tokens}, use_cache={use_cache})"
-    got = call_student(student_greedy_generate, call, counting, list(prompt_ids), max_new_tokens, use_cache,
-                       copy_args=False, show_args=False)
-    expected = greedy_generate(model, list(prompt_ids), max_new_tokens, use_cache=True)
-    if isinstance(got, torch.Tensor):
-        got = got.tolist()
-    if not isinstance(got, list) or not all(isinstance(token, int) for token in got):
-        fail(f"{call} must return a list of ints (the generated ids only)", expected=expected,
-             got=short_repr(got), hint="append int(logits.argmax(dim=-1)) at each step; do not return the prompt.")
-    if got[: len(prompt_ids)] == list(prompt_ids) and got[len(prompt_ids):] == expected:
-        fail(f"{call} returned the prompt too", expected=expected, got=got,
-             hint="return only the generated ids.")
-    if got != expected:
-        index = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
-        hint = "each step feeds the sequence so far and takes the argmax of the last position's logits."
-        if len(got) > len(expected) and got[: len(expected)] == expected:
-            hint = (f"stop right after the end-of-sequence token ({model.config.eos_token_id}, "
-                    "model.config.eos_token_id) when it comes.")
-        elif len(got) < len(expected) and expected[: len(got)] == got:
-            hint = f"generate max_new_tokens = {max_new_tokens} tokens (unless the end-of-sequence token comes first)."
-        elif use_cache and index >= 1:
-            hint = (f"the first {index} token(s) match, then they drift: with a cache, pass each new token's "
-                    "position (cache.next_positions(1)), and feed only the token just generated.")
-        fail(f"{call}: the generated ids differ first at step {index}", expected=expected, got=got, hint=hint)
-    expected_tokens = reference_tokens_processed(len(prompt_ids), len(expected), use_cache)
-    if counting.tokens_run != expected_tokens:
-        if use_cache:
-            hint = ("with a cache the prompt runs once and then one token per step; running the whole sequence "
-                    "each step gives the same ids but none of the savings.")
-        else:
-            hint = ("without a cache, each step runs the whole sequence so far through the model, once, with no "
-                    "KV cache: the baseline the cache is compared with.")
-        fail(f"{call}: right ids, but the model ran a different number of tokens than the rule says",
-             expected=f"{expected_tokens} tokens", got=f"{counting.tokens_run} tokens in {counting.calls} calls",
-             hint=hint)
+@recorded_check
+def check_time_step(student_time_step: Callable, context_len: int, use_cache: bool, *, repeats: int = 3,
+                    model: str = "smollm2", seed: int = 0) -> None:
+    """``student_time_step(model, config, token_ids, use_cache, repeats)`` with ``context_len`` token ids.
+
+    Without a cache the timed calls are ``repeats`` forwards over all ``context_len`` tokens, no
+    cache. With one, after a prefill of the first ``context_len - 1`` tokens into a cache, they are
+    ``repeats`` calls of one token at position ``cache.seq_len``. The time returned must lie between
+    the fastest timed call the check measured and the slowest (plus calling overhead).
+    """
+    require_own_implementation(student_time_step, "time_step")
+    real_model = _model_named(model)
+    generator = torch.Generator().manual_seed(seed)
+    token_ids = torch.randint(0, real_model.config.vocab_size, (context_len,), generator=generator).tolist()
+    timed = _TimedModel(real_model)
+    call = (f"time_step(model, config, <{context_len} token ids>, use_cache={use_cache}, repeats={repeats}) "
+            f"on {model}")
+    with one_thread():
+        got = call_student(student_time_step, call, share(timed, "__call__"), lend_config(real_model.config),
+                           token_ids, use_cache, repeats, copy_args=False, show_args=False)
+    calls = timed.calls
+    seen = [(c["tokens"], c["position"], c["cached"]) for c in calls]
+    if use_cache:
+        steps = [c for c in calls if c["tokens"] == 1 and c["cached"] is not None and c["position"] == c["cached"]
+                 and c["position"] >= context_len - 1]
+        prefills = [c for c in calls if c["cached"] == 0 and c["tokens"] == context_len - 1]
+        if context_len > 1 and not prefills:
+            fail(f"{call}: no forward call put the first {context_len - 1} tokens into a cache",
+                 expected=f"a call of {context_len - 1} tokens at position 0 with an empty cache",
+                 got=f"calls (tokens, first position, tokens cached before): {seen[:8]}",
+                 hint="before timing, fill a KVCache with token_ids[:-1] in one forward call (not timed): the "
+                      "decode step you time needs the keys and values of the whole context.")
+        wanted = "one token at position cache.seq_len, with the cache holding the context"
+        hint = ("time decode steps: model(last token, cache.next_positions(1), cache, ...), repeats times; "
+                "running the whole context again is the recomputation the cache avoids.")
+    else:
+        steps = [c for c in calls if c["tokens"] == context_len and c["cached"] is None and c["position"] == 0]
+        wanted = f"a forward over all {context_len} tokens without a cache"
+        hint = "without a cache, each timed step is one forward over the whole context: model(all token ids)."
+    if len(steps) != repeats or len(calls) != len(steps) + (1 if use_cache and context_len > 1 else 0):
+        fail(f"{call}: the model ran other calls than the step to time, {repeats} times",
+             expected=f"{repeats} calls of {wanted}" + (" (after one prefill call)" if use_cache else ""),
+             got=f"calls (tokens, first position, tokens cached before): {seen[:8]}", hint=hint)
+    try:
+        value = float(got)
+    except (TypeError, ValueError):
+        fail(f"{call} must return a number of seconds", expected="a float", got=short_repr(got))
+    shortest = min(c["seconds"] for c in steps)
+    longest = max(c["seconds"] for c in steps)
+    if not 0.8 * shortest <= value <= longest + CALL_OVERHEAD_S:
+        fail(f"{call}: the timed calls took {shortest:.4f} to {longest:.4f} s as the check measured them",
+             expected=f"the fastest of them, about {shortest:.4f} s", got=value,
+             hint="return the fastest of the timed steps, in seconds (your fastest from the exercise above); "
+                  "do not include the prefill that fills the cache.")
+
+
+# ---------------------------------------------------------------------------------------------
+# (d) a line through the measurements
+# ---------------------------------------------------------------------------------------------
+
+
+@recorded_check
+def check_fit_step_time(student_fit_step_time: Callable, context_lens: list[float], seconds: list[float]) -> None:
+    """``student_fit_step_time(context_lens, seconds)`` -> (fixed, per_token), compared with numpy.polyfit;
+    mismatched lengths or fewer than two distinct lengths must raise ValueError."""
+    require_own_implementation(student_fit_step_time, "fit_step_time")
+    call = f"fit_step_time({short_repr(context_lens)}, {short_repr(seconds)})"
+    if len(context_lens) != len(seconds) or len(set(context_lens)) < 2:
+        expect_raises(student_fit_step_time, call, ValueError, list(context_lens), list(seconds),
+                      hint="a line needs two different lengths and one time per length: raise ValueError "
+                           "(naming what is wrong) instead of dividing by zero.")
+        return
+    got = call_student(student_fit_step_time, call, list(context_lens), list(seconds), show_args=False)
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        fail(f"{call} must return a pair (fixed, per_token)", expected="(fixed, per_token)", got=short_repr(got))
+    slope, intercept = np.polyfit(np.asarray(context_lens, dtype=float), np.asarray(seconds, dtype=float), 1)
+    scale = max(abs(value) for value in seconds) or 1.0
+    for name, value, expected in (("fixed", got[0], intercept), ("per_token", got[1], slope)):
+        try:
+            ok = math.isclose(float(value), float(expected), rel_tol=1e-6, abs_tol=1e-9 * scale)
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            hint = ("least squares: per_token = sum((x - mean_x) * (y - mean_y)) / sum((x - mean_x) ** 2), "
+                    "fixed = mean_y - per_token * mean_x.")
+            if math.isclose(float(got[0]), float(slope), rel_tol=1e-6) if _is_number(got[0]) else False:
+                hint = "return (fixed, per_token) in that order: the intercept first, then the slope."
+            fail(f"{call}: wrong {name}", expected=float(expected), got=value, hint=hint)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+

@@ -9,11 +9,16 @@ compared with :func:`course_lib.metrics.percentile`, and ``compute_metrics`` wit
 
 Policies are named "static", "dynamic", "continuous" and "priority"; a dynamic policy takes
 ``(state, timeout_s)``, the others ``(state)``.
+
+Test cells describe inputs as plain data: requests as ``(request_id, arrival_time, prompt_len,
+output_len[, priority])`` tuples, traces as ``(request_id, arrival_time, num_prompt_tokens,
+token_times)``, and the chapter's hand-worked example as ``"hand"``. The ``BatchState`` and
+``RequestTrace`` objects a student's function receives are built with ``checks.make`` (where the
+student's code runs); what it returns is read through public attributes (``request_id``).
 """
 
 from __future__ import annotations
 
-import copy
 import functools
 import math
 import random
@@ -23,12 +28,14 @@ from course_lib.checks import (
     CheckFailed,
     call_student,
     fail,
+    make,
     register_reference_names,
     require_own_implementation,
     short_repr,
+    smollm2,
 )
-from course_lib.metrics import percentile as reference_percentile
-from course_lib.metrics import summarize
+from course_lib.checks.fixtures import recorded_check, reference
+from course_lib.metrics import percentile, summarize
 from course_lib.sim.batching import (
     BatchState,
     PolicyError,
@@ -49,11 +56,17 @@ __all__ = [
     "check_percentile",
     "check_policy_run",
     "check_policy_state",
+    "check_policy_states",
+    "check_compute_metrics_on_engine",
     "crafted_states",
+    "engine_traces",
+    "hand_traces",
+    "lent_state",
     "make_state",
     "random_traces",
     "random_workload",
     "reference_metrics",
+    "simulated_traces",
 ]
 
 register_reference_names(
@@ -62,11 +75,17 @@ register_reference_names(
 )
 
 REFERENCE_POLICIES = {
-    "static": static_policy,
-    "dynamic": dynamic_policy,
-    "continuous": continuous_policy,
-    "priority": priority_policy,
+    "static": reference(static_policy),
+    "dynamic": reference(dynamic_policy),
+    "continuous": reference(continuous_policy),
+    "priority": reference(priority_policy),
 }
+reference_percentile = reference(percentile)
+_reference_summarize = reference(summarize)
+
+# The chapter's hand-worked example: four 10-token prompts, and a cost model with easy arithmetic.
+HAND_WORKLOAD = ((0, 0.00, 10, 3), (1, 0.01, 10, 6), (2, 0.02, 10, 2), (3, 0.03, 10, 2))
+HAND_COST = StepCost(overhead_s=0.010, per_prefill_token_s=0.001, per_decode_seq_s=0.0)
 
 METRIC_NAMES = ("ttft", "tpot", "e2e")
 STAT_NAMES = ("mean", "p50", "p99")
@@ -78,15 +97,41 @@ THROUGHPUT_NAMES = ("requests_per_s", "output_tokens_per_s")
 # ---------------------------------------------------------------------------------------------
 
 
+def _request(spec) -> SimRequest:
+    """A SimRequest from (request_id, arrival_time[, priority]) (prompt 8, output 4 tokens) or
+    (request_id, arrival_time, prompt_len, output_len[, priority])."""
+    if isinstance(spec, SimRequest):
+        return spec
+    if len(spec) <= 3:
+        request_id, arrival_time, *rest = spec
+        return SimRequest(request_id, float(arrival_time), prompt_len=8, output_len=4, priority=rest[0] if rest else 0)
+    request_id, arrival_time, prompt_len, output_len, *rest = spec
+    return SimRequest(request_id, float(arrival_time), prompt_len, output_len, priority=rest[0] if rest else 0)
+
+
+def _spec(request: SimRequest) -> tuple[int, float, int, int, int]:
+    return (request.request_id, request.arrival_time, request.prompt_len, request.output_len, request.priority)
+
+
+def lent_state(now: float, waiting, running, max_batch_size: int, all_arrived: bool) -> BatchState:
+    """A BatchState from request tuples, kept in the order given (built where the student's code runs)."""
+    return BatchState(float(now), tuple(_request(spec) for spec in waiting), tuple(_request(spec) for spec in running),
+                      max_batch_size, all_arrived)
+
+
+def _lend(state: BatchState) -> BatchState:
+    """``state`` for the student's policy, rebuilt with ``checks.make``."""
+    return make(lent_state, state.now, [_spec(r) for r in state.waiting], [_spec(r) for r in state.running],
+                state.max_batch_size, state.all_arrived)
+
+
 def make_state(now: float, waiting, running=(), *, max_batch_size: int = 4, all_arrived: bool = False) -> BatchState:
     """A BatchState from short tuples: each request is (request_id, arrival_time[, priority]).
 
     Prompt and output lengths do not matter to a policy's decision, so they are fixed (8 and 4).
     ``waiting`` is put in arrival order, as the simulator does.
     """
-    def request(spec) -> SimRequest:
-        request_id, arrival_time, *rest = spec
-        return SimRequest(request_id, float(arrival_time), prompt_len=8, output_len=4, priority=rest[0] if rest else 0)
+    request = _request
 
     waiting_requests = sorted((request(spec) for spec in waiting), key=lambda r: (r.arrival_time, r.request_id))
     return BatchState(float(now), tuple(waiting_requests), tuple(request(spec) for spec in running),
@@ -125,13 +170,50 @@ def crafted_states(policy: str) -> list[tuple[str, BatchState]]:
     return states
 
 
-def random_workload(seed: int, num_requests: int = 30, rate_per_s: float = 15.0, num_priorities: int = 1):
-    """A reproducible mixed workload (see ``course_lib.sim.batching.poisson_workload``)."""
-    return poisson_workload(num_requests, rate_per_s, seed=seed, num_priorities=num_priorities)
+def random_workload(seed: int, num_requests: int = 30, rate_per_s: float = 15.0, num_priorities: int = 1
+                    ) -> list[tuple[int, float, int, int, int]]:
+    """A reproducible mixed workload (``poisson_workload``) as (id, arrival, prompt_len, output_len, priority)."""
+    return [_spec(r) for r in poisson_workload(num_requests, rate_per_s, seed=seed, num_priorities=num_priorities)]
 
 
-def random_traces(seed: int, num_requests: int = 20) -> list[RequestTrace]:
-    """Reproducible traces with irregular token gaps, a 1-token request and an unsorted arrival order."""
+def _workload(workload) -> list[SimRequest]:
+    if isinstance(workload, str):
+        if workload != "hand":
+            raise ValueError(f"workload must be 'hand' or a list of request tuples, got {workload!r}")
+        workload = HAND_WORKLOAD
+    return [_request(spec) for spec in workload]
+
+
+def _cost(cost) -> StepCost:
+    if cost is None:
+        return StepCost()
+    if isinstance(cost, str):
+        if cost != "hand":
+            raise ValueError(f"cost must be 'hand', None or a StepCost, got {cost!r}")
+        return HAND_COST
+    return cost
+
+
+def _trace_spec(trace: RequestTrace) -> tuple[int, float, int, list[float]]:
+    return (trace.request_id, trace.arrival_time, trace.num_prompt_tokens, list(trace.token_times))
+
+
+def _trace(spec) -> RequestTrace:
+    if isinstance(spec, RequestTrace):
+        return spec
+    request_id, arrival_time, num_prompt_tokens, token_times = spec
+    return RequestTrace(request_id, float(arrival_time), num_prompt_tokens, [float(t) for t in token_times])
+
+
+def hand_traces() -> list[tuple[int, float, int, list[float]]]:
+    """The hand workload under continuous batching (max_batch_size 2, the hand cost), as trace tuples."""
+    run = simulate(_workload("hand"), continuous_policy, max_batch_size=2, cost=HAND_COST)
+    return [_trace_spec(trace) for trace in run.traces]
+
+
+def random_traces(seed: int, num_requests: int = 20) -> list[tuple[int, float, int, list[float]]]:
+    """Reproducible traces with irregular token gaps, a 1-token request and an unsorted arrival order,
+    as (request_id, arrival_time, num_prompt_tokens, token_times) tuples."""
     rng = random.Random(seed)
     traces = []
     for request_id in range(num_requests):
@@ -142,7 +224,7 @@ def random_traces(seed: int, num_requests: int = 20) -> list[RequestTrace]:
         for _ in range(num_tokens):
             times.append(clock)
             clock += rng.uniform(0.005, 0.08)
-        traces.append(RequestTrace(request_id, arrival, rng.randint(4, 64), times))
+        traces.append((request_id, arrival, rng.randint(4, 64), times))
     rng.shuffle(traces)
     return traces
 
@@ -174,23 +256,42 @@ def _describe_state(state: BatchState) -> str:
             f"max_batch_size={state.max_batch_size}, all_arrived={state.all_arrived}")
 
 
-def check_policy_state(student_policy: Callable, policy: str, state: BatchState, timeout_s: float | None = None,
-                       description: str = "") -> None:
-    """The student's policy must admit the same requests (as a set) as the reference on ``state``."""
-    _policy_name(policy)
-    require_own_implementation(student_policy, f"{policy}_batching")
-    student = _bound(student_policy, policy, timeout_s)
-    reference = _bound(REFERENCE_POLICIES[policy], policy, timeout_s)
-    call = f"{policy}_batching(state{'' if timeout_s is None else f', timeout_s={timeout_s}'})"
-    got = call_student(student, call, state, show_args=False)
-    expected = reference(state)
-    where = f"{call} on the state [{description}] {_describe_state(state)}"
-    if not isinstance(got, (list, tuple)) or not all(isinstance(r, SimRequest) for r in got):
+def _admitted_ids(got: Any, where: str) -> list[int]:
+    """The request ids a policy's answer admits (read once, through ``request_id``)."""
+    try:
+        return [request.request_id for request in list(got)]
+    except (AttributeError, TypeError):
         fail(f"{where} must return a list of requests taken from state.waiting",
              expected="list[SimRequest]", got=short_repr(got),
              hint="return [] to admit nothing; otherwise a list of the SimRequest objects in state.waiting.")
-    got_ids = sorted(r.request_id for r in got)
-    expected_ids = sorted(r.request_id for r in expected)
+        raise
+
+
+@recorded_check
+def check_policy_states(student_policy: Callable, policy: str, timeout_s: float | None = None) -> None:
+    """``check_policy_state`` on every hand-made state of ``crafted_states(policy)``."""
+    for description, state in crafted_states(policy):
+        _check_policy_state(student_policy, policy, state, timeout_s, description)
+
+
+@recorded_check
+def check_policy_state(student_policy: Callable, policy: str, state: BatchState, timeout_s: float | None = None,
+                       description: str = "") -> None:
+    """The student's policy must admit the same requests (as a set) as the reference on ``state``."""
+    _check_policy_state(student_policy, policy, state, timeout_s, description)
+
+
+def _check_policy_state(student_policy: Callable, policy: str, state: BatchState, timeout_s: float | None,
+                        description: str) -> None:
+    _policy_name(policy)
+    require_own_implementation(student_policy, f"{policy}_batching")
+    student = _bound(student_policy, policy, timeout_s)
+    reference_policy = _bound(REFERENCE_POLICIES[policy], policy, timeout_s)
+    call = f"{policy}_batching(state{'' if timeout_s is None else f', timeout_s={timeout_s}'})"
+    got = call_student(student, call, _lend(state), copy_args=False, show_args=False)
+    where = f"{call} on the state [{description}] {_describe_state(state)}"
+    got_ids = sorted(_admitted_ids(got, where))
+    expected_ids = sorted(r.request_id for r in reference_policy(state))
     if got_ids == expected_ids:
         return
     fail(f"{where}: admitted the wrong requests (shown by request_id)", expected=expected_ids, got=got_ids,
@@ -226,24 +327,38 @@ def _policy_hint(policy: str, state: BatchState, got_ids: list[int], expected_id
             "requests.")
 
 
+@recorded_check
 def check_policy_run(student_policy: Callable, policy: str, workload, max_batch_size: int,
-                     timeout_s: float | None = None, cost: StepCost | None = None) -> None:
-    """Simulating ``workload`` with the student's policy must give the reference run's token times."""
+                     timeout_s: float | None = None, cost: StepCost | str | None = None) -> None:
+    """Simulating ``workload`` with the student's policy must give the reference run's token times.
+
+    workload: "hand" (the chapter's example) or request tuples (``random_workload``). cost: None
+    (``StepCost()``), "hand" or a StepCost. The simulator runs here; before every step the student's
+    policy gets the state (built with ``checks.make``) and its answer is read back as request ids.
+    """
     _policy_name(policy)
     require_own_implementation(student_policy, f"{policy}_batching")
-    cost = cost or StepCost()
+    workload = _workload(workload)
+    cost = _cost(cost)
     student = _bound(student_policy, policy, timeout_s)
-    reference = _bound(REFERENCE_POLICIES[policy], policy, timeout_s)
+    reference_policy = _bound(REFERENCE_POLICIES[policy], policy, timeout_s)
     call = f"simulate({len(workload)} requests, {policy}_batching, max_batch_size={max_batch_size})"
 
     def guarded(state):
         try:
-            return student(copy.deepcopy(state))
+            got = student(_lend(state))
         except (NotImplementedError, CheckFailed, PolicyError):
             raise
         except Exception as error:
             raise CheckFailed(f"{call}: your policy raised {type(error).__name__}: {error} on the state "
                               f"{_describe_state(state)}") from error
+        waiting = {request.request_id: request for request in state.waiting}
+        admitted = []
+        for request_id in _admitted_ids(got, f"{call}: your policy, on the state {_describe_state(state)},"):
+            if request_id not in waiting:
+                raise PolicyError(f"the policy admitted request {request_id!r}, which is not in state.waiting")
+            admitted.append(waiting[request_id])
+        return admitted
 
     try:
         got = simulate(workload, guarded, max_batch_size=max_batch_size, cost=cost, max_iterations=200_000)
@@ -254,7 +369,7 @@ def check_policy_run(student_policy: Callable, policy: str, workload, max_batch_
     except RuntimeError as error:
         raise CheckFailed(f"{call}: {error}\n  hint: when the batch is empty and no more requests will arrive, "
                           "the policy must admit the waiting ones.") from error
-    expected = simulate(workload, reference, max_batch_size=max_batch_size, cost=cost)
+    expected = simulate(workload, reference_policy, max_batch_size=max_batch_size, cost=cost)
     for got_trace, expected_trace in zip(got.traces, expected.traces):
         if len(got_trace.token_times) == len(expected_trace.token_times) and all(
             math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
@@ -284,6 +399,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+@recorded_check
 def check_percentile(student_percentile: Callable, values: list[float], q: float) -> None:
     """``student_percentile(values, q)`` must equal the linear-interpolation percentile of ``values``."""
     require_own_implementation(student_percentile, "percentile")
@@ -320,7 +436,7 @@ def _unsorted_percentile(values, q):
 
 def reference_metrics(traces) -> dict:
     """What ``compute_metrics(traces)`` must return, computed with ``course_lib.metrics.summarize``."""
-    summary = summarize([trace.to_metrics() for trace in traces])
+    summary = _reference_summarize([_trace(trace).to_metrics() for trace in traces])
 
     def stats(latency):
         if latency is None:
@@ -336,14 +452,25 @@ def reference_metrics(traces) -> dict:
     }
 
 
+@recorded_check
 def check_compute_metrics(student_compute_metrics: Callable, traces) -> None:
-    """``student_compute_metrics(traces)`` must match ``reference_metrics(traces)`` (relative 1e-6)."""
+    """``student_compute_metrics(traces)`` must match ``reference_metrics(traces)`` (relative 1e-6).
+
+    traces: RequestTrace objects or (request_id, arrival_time, num_prompt_tokens, token_times) tuples.
+    """
     require_own_implementation(student_compute_metrics, "compute_metrics")
+    _check_compute_metrics(student_compute_metrics, [_trace(trace) for trace in traces])
+
+
+def _check_compute_metrics(student_compute_metrics: Callable, traces: list[RequestTrace]) -> None:
     call = f"compute_metrics({len(traces)} traces)"
-    got = call_student(student_compute_metrics, call, list(traces), show_args=False)
-    expected = reference_metrics(traces)
+    lent = [make(RequestTrace, t.request_id, t.arrival_time, t.num_prompt_tokens, list(t.token_times))
+            for t in traces]
+    got = call_student(student_compute_metrics, call, lent, copy_args=False, show_args=False)
     if not isinstance(got, dict):
-        fail(f"{call} must return a dict", expected=sorted(expected), got=type(got).__name__)
+        fail(f"{call} must return a dict", expected=["ttft", "tpot", "e2e", *THROUGHPUT_NAMES],
+             got=type(got).__name__)
+    expected = reference_metrics(traces)
     missing = [key for key in expected if key not in got]
     if missing:
         fail(f"{call}: keys missing from the result", expected=sorted(expected), got=sorted(got),
@@ -396,3 +523,43 @@ def _latency_hint(metric: str, stat: str, traces, got) -> str:
     if stat != "mean":
         return f"{what}; then use your percentile with q = {50 if stat == 'p50' else 99}."
     return f"{what}, measured from {start} for every request, then averaged."
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics of real engine runs
+# ---------------------------------------------------------------------------------------------
+
+
+def engine_traces(max_num_seqs: int, num_requests: int = 4, max_tokens: int = 6) -> list[RequestTrace]:
+    """Traces of a small real run: ``num_requests`` chat prompts through SmolLM2 on the reference engine.
+
+    The requests arrive together; ``max_num_seqs`` limits the batch. Token times come from the
+    engine's own ``RequestMetrics`` (seconds on ``time.perf_counter``'s clock).
+    """
+    from course_lib.engine import LLMEngine
+    from course_lib.sampling import SamplingParams
+
+    model, tokenizer = smollm2()
+    questions = ["Name a colour.", "Say hi.", "Count to three.", "Name a fruit.", "Name a city.", "Say yes."]
+    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": q}])
+               for q in (questions * 3)[:num_requests]]
+    engine = LLMEngine(model, tokenizer, max_num_seqs=max_num_seqs, max_num_batched_tokens=256, num_blocks=64,
+                       enable_prefix_caching=False)
+    outputs = engine.generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True),
+                              use_tqdm=False)
+    return [RequestTrace.from_metrics(index, output.metrics) for index, output in enumerate(outputs)]
+
+
+@recorded_check
+def check_compute_metrics_on_engine(student_compute_metrics: Callable, max_num_seqs: int, num_requests: int = 4) -> None:
+    """``compute_metrics`` on the traces of a real engine run (made here, on the reference engine)."""
+    require_own_implementation(student_compute_metrics, "compute_metrics")
+    _check_compute_metrics(student_compute_metrics, engine_traces(max_num_seqs, num_requests))
+
+
+def simulated_traces(seed: int, policy: str = "continuous", max_batch_size: int = 4,
+                     num_requests: int = 30) -> list[tuple[int, float, int, list[float]]]:
+    """Trace tuples of a simulated run of ``random_workload(seed)`` under a reference policy."""
+    run = simulate(_workload(random_workload(seed, num_requests)), REFERENCE_POLICIES[_policy_name(policy)],
+                   max_batch_size=max_batch_size)
+    return [_trace_spec(trace) for trace in run.traces]

@@ -11,6 +11,12 @@ agree step by step):
    left)`` while budget is left, so at most the last one is cut into a chunk. With
    ``chunked=False`` a prompt runs whole or not at all, and the first one that does not fit ends
    the batch (nobody overtakes it: first come, first served).
+
+``check_build_batch_in_engine`` then runs the student's function where it matters: it plans every
+step of the real engine (``Scheduler(config, allocator, build_batch=...)``) while short requests
+decode and a long prompt arrives. The engine runs on the check's side, with the student's function
+called on plain data; the check compares each step's plan and every generated token with the same
+run planned by the reference.
 """
 
 from __future__ import annotations
@@ -19,33 +25,28 @@ import random
 from collections.abc import Hashable, Sequence
 from typing import Any, Callable
 
-from course_lib.checks import call_student, fail, register_reference_names, require_own_implementation, short_repr
+from course_lib import scheduler as scheduler_module
+from course_lib.checks import (
+    CheckFailed,
+    call_student,
+    fail,
+    register_reference_names,
+    require_own_implementation,
+    short_repr,
+    smollm2,
+)
+from course_lib.checks._shared import expect_raises
+from course_lib.checks.fixtures import recorded_check, reference
 
-__all__ = ["check_build_batch", "random_batch_case", "reference_build_batch"]
+__all__ = ["check_build_batch", "check_build_batch_in_engine", "random_batch_case", "reference_build_batch",
+           "run_engine_with"]
 
-register_reference_names("reference_build_batch")
+register_reference_names("reference_build_batch", "build_batch")
 
 Batch = list[tuple[Hashable, int]]
 
-
-def reference_build_batch(decode_ids: Sequence[Hashable], prefill_queue: Sequence[tuple[Hashable, int]],
-                          token_budget: int, chunked: bool = True) -> Batch:
-    """The batch of one step under decode-maximal batching (see the module docstring)."""
-    if not isinstance(token_budget, int) or token_budget < 1:
-        raise ValueError(f"token_budget must be an integer >= 1, got {token_budget!r}")
-    if len(decode_ids) > token_budget:
-        raise ValueError(f"{len(decode_ids)} decodes do not fit in token_budget {token_budget}")
-    batch: Batch = [(request_id, 1) for request_id in decode_ids]
-    budget = token_budget - len(decode_ids)
-    for request_id, tokens_left in prefill_queue:
-        if budget == 0:
-            break
-        if not chunked and tokens_left > budget:
-            break  # head of the line does not fit whole: it waits, and so does everyone behind it
-        num_tokens = min(tokens_left, budget)
-        batch.append((request_id, num_tokens))
-        budget -= num_tokens
-    return batch
+reference_build_batch = reference(scheduler_module.build_batch)
+"""The batch of one step under decode-maximal batching (``course_lib.scheduler.build_batch``)."""
 
 
 def random_batch_case(seed: int) -> tuple[list[str], list[tuple[str, int]], int]:
@@ -102,6 +103,7 @@ def _hint(got: Batch, expected: Batch, decode_ids: Sequence, token_budget: int, 
     return "prefills follow the queue order; each takes min(its tokens left, budget left)."
 
 
+@recorded_check
 def check_build_batch(student_build_batch: Callable, decode_ids: Sequence[Hashable],
                       prefill_queue: Sequence[tuple[Hashable, int]], token_budget: int, chunked: bool = True) -> None:
     """``student_build_batch(decode_ids, prefill_queue, token_budget, chunked)`` must equal the reference.
@@ -112,24 +114,154 @@ def check_build_batch(student_build_batch: Callable, decode_ids: Sequence[Hashab
     decode_ids, prefill_queue = list(decode_ids), [tuple(entry) for entry in prefill_queue]
     call = f"build_batch({short_repr(decode_ids)}, {short_repr(prefill_queue)}, {token_budget}, chunked={chunked})"
     if len(decode_ids) > token_budget:
-        try:
-            got = student_build_batch(list(decode_ids), list(prefill_queue), token_budget, chunked)
-        except ValueError:
-            return
-        except NotImplementedError:
-            raise
-        except Exception as error:
-            fail(f"{call} raised {type(error).__name__}; expected ValueError", expected="ValueError",
-                 got=f"{type(error).__name__}: {error}", hint="raise ValueError with a message naming token_budget.")
-        fail(f"{call}: {len(decode_ids)} decodes cannot fit in a budget of {token_budget}", expected="ValueError",
-             got=got, hint="raise ValueError when len(decode_ids) > token_budget instead of returning a batch.")
+        expect_raises(student_build_batch, call, ValueError, list(decode_ids), list(prefill_queue), token_budget,
+                      chunked, hint=f"{len(decode_ids)} decodes cannot fit in a budget of {token_budget}: raise "
+                                    "ValueError (naming token_budget) when len(decode_ids) > token_budget instead "
+                                    "of returning a batch.")
+        return
     got = call_student(student_build_batch, "build_batch", decode_ids, prefill_queue, token_budget, chunked)
-    expected = reference_build_batch(decode_ids, prefill_queue, token_budget, chunked)
     batch = _normalize(got)
     if batch is None:
-        fail(f"{call} must return a list of (request_id, num_tokens) pairs", expected=expected, got=got,
-             hint="return e.g. [('d0', 1), ('p1', 40)]: decodes then prefill chunks.")
+        fail(f"{call} must return a list of (request_id, num_tokens) pairs", expected="[(request_id, num_tokens), ...]",
+             got=got, hint="return e.g. [('d0', 1), ('p1', 40)]: decodes then prefill chunks.")
+    expected = reference_build_batch(decode_ids, prefill_queue, token_budget, chunked)
     if batch == expected:
         return
     fail(f"{call} built a different batch", expected=expected, got=batch,
          hint=_hint(batch, expected, decode_ids, token_budget, chunked))
+
+
+# ---------------------------------------------------------------------------------------------
+# The student's build_batch planning the real engine
+# ---------------------------------------------------------------------------------------------
+
+
+def _prompt_ids(seed: int, length: int, vocab_size: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(1, vocab_size) for _ in range(length)]
+
+
+def run_engine_with(build_batch: Callable | None, model, tokenizer, *, short_prompts: Sequence[Sequence[int]],
+                    long_prompt: Sequence[int], long_after_steps: int, token_budget: int, chunked: bool = True,
+                    short_max_tokens: int = 8, long_max_tokens: int = 4, step_limit: int = 500) -> dict:
+    """Serve short prompts, add a long one after ``long_after_steps`` steps; plan with ``build_batch``.
+
+    Greedy, one engine around ``Scheduler(config, allocator, build_batch=build_batch)`` (None: the
+    scheduler's own). Returns {"plans": per step the [(request_id, num_tokens)] that ran,
+    "tokens": {request_id: generated ids}, "token_times": {request_id: [perf_counter time per token]},
+    "long_added_at": when the long prompt was added}.
+    """
+    import time
+
+    from course_lib.engine import LLMEngine
+    from course_lib.paged import BlockAllocator
+    from course_lib.sampling import SamplingParams
+    from course_lib.scheduler import Scheduler, SchedulerConfig
+
+    block_size = 16
+    longest = max(len(long_prompt) + long_max_tokens, *(len(p) + short_max_tokens for p in short_prompts))
+    num_blocks = (len(short_prompts) + 1) * (-(-longest // block_size)) + 4
+    allocator = BlockAllocator(num_blocks, block_size)
+    config = SchedulerConfig(max_num_seqs=len(short_prompts) + 1, max_num_batched_tokens=token_budget,
+                             enable_chunked_prefill=chunked, max_model_len=model.config.max_position_embeddings)
+    scheduler = Scheduler(config, allocator, build_batch=build_batch)
+    plans: list[list[tuple[Any, int]]] = []
+    planner = scheduler.schedule
+
+    def recorded_schedule():
+        output = planner()
+        plans.append([(chunk.request.request_id, chunk.num_tokens) for chunk in output.chunks])
+        return output
+
+    scheduler.schedule = recorded_schedule
+    engine = LLMEngine(model, tokenizer, allocator=allocator, scheduler=scheduler)
+    short_params = SamplingParams(temperature=0.0, max_tokens=short_max_tokens, ignore_eos=True)
+    for number, prompt in enumerate(short_prompts):
+        engine.add_request(list(prompt), short_params, request_id=f"short-{number}")
+    tokens: dict[Any, list[int]] = {}
+    token_times: dict[Any, list[float]] = {}
+    long_added_at = None
+    for step in range(step_limit):
+        if step == long_after_steps:
+            engine.add_request(list(long_prompt), SamplingParams(temperature=0.0, max_tokens=long_max_tokens,
+                                                                 ignore_eos=True), request_id="long")
+            long_added_at = time.perf_counter()
+        if not engine.has_unfinished() and step >= long_after_steps:
+            return {"plans": plans, "tokens": tokens, "token_times": token_times, "long_added_at": long_added_at}
+        for output in engine.step():
+            tokens.setdefault(output.request_id, []).extend(output.new_token_ids)
+            token_times.setdefault(output.request_id, []).append(time.perf_counter())
+    raise RuntimeError(f"requests were still unfinished after {step_limit} steps")
+
+
+def _scenario_model(model: str):
+    from course_lib.checks.decode import tiny_model
+
+    smollm2_model, tokenizer = smollm2()
+    if model == "smollm2":
+        return smollm2_model, tokenizer
+    if model == "tiny":
+        return tiny_model(seed=5), tokenizer  # its 96 ids are valid SmolLM2 ids: the tokenizer decodes them
+    raise ValueError(f"model must be 'smollm2' or 'tiny', got {model!r}")
+
+
+def _reference_engine_run(model: str, **scenario: Any) -> dict:
+    """The scenario planned by the reference (plain arguments: the kit replays what it recorded)."""
+    engine_model, tokenizer = _scenario_model(model)
+    result = run_engine_with(None, engine_model, tokenizer, **scenario)
+    return {"plans": result["plans"], "tokens": result["tokens"]}
+
+
+_reference_run = reference(_reference_engine_run)
+
+
+@recorded_check
+def check_build_batch_in_engine(student_build_batch: Callable, *, model: str = "smollm2", num_short: int = 3,
+                                long_prompt_len: int = 80, token_budget: int = 24, long_after_steps: int = 2,
+                                chunked: bool = True, seed: int = 0) -> None:
+    """The student's ``build_batch`` plans every step of the real engine (``Scheduler(..., build_batch=...)``).
+
+    ``num_short`` requests are decoding when a ``long_prompt_len``-token prompt arrives. Every step's
+    plan and every generated token must be those of the same run planned by the reference.
+    """
+    import torch
+
+    from course_lib.checks import one_thread
+
+    require_own_implementation(student_build_batch, "build_batch")
+    engine_model, tokenizer = _scenario_model(model)
+    vocab_size = engine_model.config.vocab_size
+    short_prompts = [_prompt_ids(seed * 100 + number, 6 + 3 * number, vocab_size) for number in range(num_short)]
+    long_prompt = _prompt_ids(seed * 100 + 99, long_prompt_len, vocab_size)
+    scenario = dict(short_prompts=short_prompts, long_prompt=long_prompt, long_after_steps=long_after_steps,
+                    token_budget=token_budget, chunked=chunked)
+    setup = (f"{num_short} short requests decoding, a {long_prompt_len}-token prompt after {long_after_steps} steps, "
+             f"token budget {token_budget}, chunked={chunked}, model {model}")
+    with one_thread(), torch.inference_mode():
+        try:
+            got = run_engine_with(student_build_batch, engine_model, tokenizer, **scenario)
+        except (NotImplementedError, CheckFailed):
+            raise
+        except Exception as error:
+            raise CheckFailed(f"the engine planned by your build_batch failed ({setup}): {type(error).__name__}: "
+                              f"{error}\n  hint: the scheduler calls build_batch(decode_ids, prefill_queue, "
+                              "token_budget, chunked) before every step and checks its plan: every decode first "
+                              "(1 token each), no request more tokens than it has left, the budget kept.") from error
+        expected = _reference_run(model, **scenario)
+    for step, (got_plan, expected_plan) in enumerate(zip(got["plans"], expected["plans"])):
+        if got_plan != expected_plan:
+            fail(f"step {step} of the engine ran a different batch under your build_batch ({setup})",
+                 expected=expected_plan, got=got_plan,
+                 hint="the engine asks build_batch which tokens of which requests run; compare with the unit "
+                      "test cases above (decodes first, then prompts in queue order, the last one cut to the "
+                      "budget left).")
+    if len(got["plans"]) != len(expected["plans"]):
+        fail(f"the run took {len(got['plans'])} steps under your build_batch, {len(expected['plans'])} under the "
+             f"reference ({setup})", expected=len(expected["plans"]), got=len(got["plans"]),
+             hint="every step should carry as many prompt tokens as the budget allows.")
+    for request_id, reference_tokens in expected["tokens"].items():
+        if got["tokens"].get(request_id) != reference_tokens:
+            fail(f"request {request_id!r} generated other tokens under your build_batch ({setup})",
+                 expected=reference_tokens, got=got["tokens"].get(request_id),
+                 hint="chunks must cover each prompt exactly once, in order: a token run twice or skipped "
+                      "changes the keys and values the model attends to.")

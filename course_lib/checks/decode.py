@@ -5,16 +5,19 @@ calls, greedy generation with it, and the FLOPs and bytes of a decode step.
   (relative 1e-4, absolute 1e-5 for fp32, as in chapter 2).
 - The student's cache class is fed the same q/k/v as the course's ``KVCache`` (a prompt, then one
   token at a time, layer by layer) and must return the same outputs.
-- The student's ``generate`` runs the real model (SmolLM2, or a small random model) with the
-  student's cache and must produce exactly the tokens of ``course_lib.model.greedy_generate``;
-  a thin wrapper around the model records what each forward call received, so the check can
-  also say whether only the new token was fed and whether the student's cache was used.
+- The student's ``generate(model, config, prompt_ids, max_new_tokens)`` runs the real model
+  (SmolLM2, or a small random model) with the student's cache and must produce exactly the tokens
+  of ``course_lib.model.greedy_generate``. The model it gets is the check's own, lent with
+  ``checks.share(..., "__call__")`` inside a wrapper that counts, on the check's side, the positions
+  every forward call processed: the prompt once, then one new token per call at the next position,
+  one call per generated token. Recomputing the sequence at every step, or returning tokens
+  without running the model, is what that count catches. The config comes as an argument (built
+  with ``checks.make``): a lent object has no attributes to read.
 """
 
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 from typing import Any, Callable
 
 import torch
@@ -24,14 +27,19 @@ from course_lib import roofline
 from course_lib.checks import (
     call_student,
     fail,
+    is_remote,
     one_thread,
     register_reference_names,
     require_own_implementation,
+    share,
     short_repr,
+    smollm2,
 )
+from course_lib.checks._shared import lend_config
 from course_lib.checks.attention import ATOL, RTOL, random_qkv
+from course_lib.checks.fixtures import recorded_check, reference
 from course_lib.kv_cache import KVCache
-from course_lib.model import LlamaModel, ModelConfig, greedy_generate, load_smollm2, random_weights
+from course_lib.model import LlamaModel, ModelConfig, greedy_generate, random_weights
 
 __all__ = [
     "check_decode_attention",
@@ -45,6 +53,9 @@ __all__ = [
 # KVCache is not registered: other chapters hand it to students as a given tool. Its use inside
 # the student's cache is caught by check_decode_cache instead.
 register_reference_names("greedy_generate", "forward_cost", "decode_attention")
+
+_reference_greedy_generate = reference(greedy_generate)
+_reference_forward_cost = reference(roofline.forward_cost)
 
 
 def _close(got: torch.Tensor, expected: torch.Tensor) -> bool:
@@ -64,6 +75,7 @@ def _sdpa_one_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
 # ---------------------------------------------------------------------------------------------
 
 
+@recorded_check
 def check_decode_attention(
     student_decode_attention: Callable, kv_len: int, num_q_heads: int, num_kv_heads: int, head_dim: int,
     *, seed: int = 0, scale: float | None = None,
@@ -113,6 +125,22 @@ def _small_config(num_layers: int, num_q_heads: int, num_kv_heads: int, head_dim
                        max_position_embeddings=max_len, rope_theta=10000.0, rms_norm_eps=1e-5)
 
 
+def _holds_course_cache(obj: Any, depth: int = 0) -> bool:
+    """True if ``obj`` is, or holds in its attributes, lists, tuples or dicts (a few levels down), a KVCache."""
+    if isinstance(obj, KVCache):
+        return True
+    if depth >= 3:
+        return False
+    if isinstance(obj, (list, tuple, set)):
+        children = list(obj)
+    elif isinstance(obj, dict):
+        children = list(obj.values())
+    else:
+        children = list(getattr(obj, "__dict__", {}).values())
+    return any(_holds_course_cache(child, depth + 1) for child in children)
+
+
+@recorded_check
 def check_decode_cache(
     student_cache_class: type, prompt_len: int, num_decode_steps: int, *, num_layers: int = 2,
     num_q_heads: int = 4, num_kv_heads: int = 2, head_dim: int = 8, seed: int = 0,
@@ -125,7 +153,8 @@ def check_decode_cache(
     config = _small_config(num_layers, num_q_heads, num_kv_heads, head_dim, max_seq_len)
     name = f"DecodeCache({num_layers}, {max_seq_len}, {num_kv_heads}, {head_dim})"
     cache = call_student(student_cache_class, name, num_layers, max_seq_len, num_kv_heads, head_dim, show_args=False)
-    if any(isinstance(part, KVCache) for part in (cache, *vars(cache).values())):
+    # Locally, look inside the object; when grading it lives in the student's kernel, out of reach.
+    if not is_remote(cache) and _holds_course_cache(cache):
         fail(f"{name} is or holds the course's KVCache, not your own cache", hint="store the keys and values "
              "in tensors of your own; reusing the reference earns no points.", show_values=False)
     reference = KVCache(config, max_seq_len)
@@ -169,33 +198,23 @@ def check_decode_cache(
 # ---------------------------------------------------------------------------------------------
 
 
-class _RecordingModel:
-    """Wraps a LlamaModel; records the number of tokens, the positions and the attention context
-    of every forward call, then runs the real model."""
+class _CountingModel:
+    """Wraps a LlamaModel for the student's loop; records, per forward call, the token count, the
+    positions and whether an attention context came with it. Lent with ``share(..., "__call__")``."""
 
     def __init__(self, model: LlamaModel) -> None:
         self._model = model
-        self.config = model.config
-        self.calls: list[tuple[int, list[int] | None, Any]] = []
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self._model.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self._model.device
+        self.calls: list[tuple[int, list[int], bool]] = []
+        self.contexts: list[Any] = []
 
     def __call__(self, input_ids, positions=None, attention=None, logits_indices=None):
-        positions_list = None if positions is None else [int(p) for p in torch.as_tensor(positions).flatten()]
-        self.calls.append((int(torch.as_tensor(input_ids).numel()), positions_list, attention))
+        input_ids = torch.as_tensor(input_ids)
+        num_tokens = int(input_ids.numel())
+        positions_list = (list(range(num_tokens)) if positions is None
+                          else [int(p) for p in torch.as_tensor(positions).flatten()])
+        self.calls.append((num_tokens, positions_list, attention is not None))
+        self.contexts.append(attention)
         return self._model(input_ids, positions, attention, logits_indices)
-
-    forward = __call__
-
-    def __getattr__(self, name: str) -> Any:
-        # Anything else a student's loop may use (parameters(), eval(), ...) comes from the real model.
-        return getattr(self._model, name)
 
 
 def tiny_model(seed: int = 0) -> LlamaModel:
@@ -211,53 +230,87 @@ def tiny_model(seed: int = 0) -> LlamaModel:
     return LlamaModel(config, weights).eval()
 
 
-def check_generate(
-    student_generate: Callable, model: LlamaModel, prompt_ids: list[int], max_new_tokens: int
-) -> None:
-    """``student_generate(model, prompt_ids, max_new_tokens)`` must return the tokens of greedy decoding
-    with the course's KV cache, feeding the prompt once and then one token per forward call through
-    the student's own cache."""
+def _model_named(model: str, seed: int) -> LlamaModel:
+    if model == "smollm2":
+        return smollm2()[0]
+    if model == "tiny":
+        return tiny_model(seed)
+    raise ValueError(f"model must be 'smollm2' or 'tiny', got {model!r}")
+
+
+@recorded_check
+def check_generate(student_generate: Callable, prompt_ids: list[int], max_new_tokens: int, *,
+                   model: str = "smollm2", seed: int = 0) -> None:
+    """``student_generate(model, config, prompt_ids, max_new_tokens)`` must return the tokens of greedy
+    decoding with the course's KV cache, running the prompt once and then exactly one new token per
+    forward call (counted on the check's side) through the student's own cache.
+
+    model: "smollm2" or "tiny" (a 2-layer random model, ``tiny_model(seed)``).
+    """
     require_own_implementation(student_generate, "generate")
-    recording = _RecordingModel(model)
-    call = f"generate(model, {short_repr(list(prompt_ids))}, max_new_tokens={max_new_tokens})"
+    real_model = _model_named(model, seed)
+    counting = _CountingModel(real_model)
+    prompt_ids = [int(token) for token in prompt_ids]
+    call = f"generate(model, config, {short_repr(prompt_ids)}, max_new_tokens={max_new_tokens}) on {model}"
     with one_thread(), torch.inference_mode():
-        got = call_student(student_generate, call, recording, list(prompt_ids), max_new_tokens, copy_args=False,
-                           show_args=False)
-        expected = greedy_generate(model, prompt_ids, max_new_tokens)
-    if not isinstance(got, list) or not all(isinstance(token, int) for token in got):
+        got = call_student(student_generate, call, share(counting, "__call__"), lend_config(real_model.config),
+                           list(prompt_ids), max_new_tokens, copy_args=False, show_args=False)
+    if not isinstance(got, list) or not all(isinstance(token, int) and not isinstance(token, bool) for token in got):
         fail(f"{call} must return a list of ints (the new token ids)", expected="list[int]",
              got=short_repr(got))
-    contexts = [attention for _, _, attention in recording.calls]
-    if any(context is None for context in contexts):
-        fail(f"{call} called the model without an attention context", expected="model(ids, positions, cache)",
-             got="model(ids, ...) with attention=None",
-             hint="pass your DecodeCache as the model's `attention` argument, so each layer stores its keys there.")
-    for context in contexts:
-        module = type(context).__module__ or ""
-        if module.startswith("course_lib"):
-            fail(f"{call} used the course's {type(context).__name__} instead of your DecodeCache",
-                 expected="your DecodeCache", got=type(context).__name__, hint="create a DecodeCache and pass it.")
-    later_sizes = [num_tokens for num_tokens, _, _ in recording.calls[1:]]
-    if any(size != 1 for size in later_sizes):
-        fail(f"{call}: after the prompt, every forward call must run exactly one new token",
-             expected=[1] * len(later_sizes), got=later_sizes,
-             hint="the cache holds every earlier token's keys and values; feed only the token just generated.")
+    _check_forward_calls(call, counting, prompt_ids, got)
+    with one_thread(), torch.inference_mode():
+        expected = _reference_greedy_generate(real_model, prompt_ids, max_new_tokens)
     if got == expected:
         return
     index = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
     hint = "greedy: the next token is the argmax of the last row of logits; stop after eos or max_new_tokens."
-    expected_positions = list(range(len(prompt_ids), len(prompt_ids) + len(later_sizes)))
-    got_positions = [positions[0] if positions else None for _, positions, _ in recording.calls[1:]]
-    if got_positions != expected_positions:
-        hint = (f"the positions passed with the new tokens were {got_positions[:6]}..., expected "
-                f"{expected_positions[:6]}...: a new token's position is the number of tokens before it "
-                "(RoPE rotates its query and key by that position).")
-    elif len(got) != len(expected) and got[:len(expected)] == expected[:len(got)]:
+    if len(got) != len(expected) and got[:len(expected)] == expected[:len(got)]:
         hint = (f"the tokens agree but you returned {len(got)} of them, the reference {len(expected)}: stop after "
-                "max_new_tokens tokens, or right after the eos token (included).")
+                "max_new_tokens tokens, or right after the eos token (config.eos_token_id, included).")
     fail(f"{call}: generated tokens differ from greedy decoding with the reference first at index {index} "
          f"(both agree on {got[:index]}; shown from index {index} on)",
          expected=expected[index:], got=got[index:], hint=hint)
+
+
+def _check_forward_calls(call: str, counting: _CountingModel, prompt_ids: list[int], got: list[int]) -> None:
+    """What the model ran, measured on the check's side: the prompt once, then one token per step."""
+    calls = counting.calls
+    sizes = [num_tokens for num_tokens, _, _ in calls]
+    if len(calls) != len(got):
+        fail(f"{call}: the model ran {len(calls)} forward calls for {len(got)} generated tokens",
+             expected=f"{len(got)} calls (one per generated token)", got=f"{len(calls)} calls of sizes {sizes[:8]}",
+             hint="every generated token is the argmax of one forward call: the prompt's call gives the first, "
+                  "each later call (one token) gives the next. Tokens that no forward call produced, or extra "
+                  "calls, mean the loop is not greedy decoding through the model.")
+    if not calls:
+        return
+    if not all(has_context for _, _, has_context in calls):
+        fail(f"{call} called the model without an attention context", expected="model(ids, positions, cache)",
+             got="model(ids, ...) with attention=None",
+             hint="pass your DecodeCache as the model's `attention` argument, so each layer stores its keys there.")
+    for context in counting.contexts:
+        if not is_remote(context) and (type(context).__module__ or "").startswith("course_lib"):
+            fail(f"{call} used the course's {type(context).__name__} instead of your DecodeCache",
+                 expected="your DecodeCache", got=type(context).__name__, hint="create a DecodeCache and pass it.")
+    first_size, first_positions, _ = calls[0]
+    if first_size != len(prompt_ids) or first_positions != list(range(len(prompt_ids))):
+        fail(f"{call}: the first forward call must run the whole prompt at positions 0 .. {len(prompt_ids) - 1}",
+             expected=(len(prompt_ids), f"positions {list(range(len(prompt_ids)))[:6]}..."),
+             got=(first_size, f"positions {first_positions[:6]}..."),
+             hint="prefill: run every prompt token in one call, with positions torch.arange(len(prompt_ids)).")
+    later_sizes = sizes[1:]
+    if any(size != 1 for size in later_sizes):
+        fail(f"{call}: after the prompt, every forward call must run exactly one new token (the cache holds the "
+             "rest)", expected=[1] * len(later_sizes), got=later_sizes,
+             hint="the cache holds every earlier token's keys and values; feed only the token just generated. "
+                  "Running the whole sequence again is the quadratic recomputation a KV cache exists to avoid.")
+    expected_positions = list(range(len(prompt_ids), len(prompt_ids) + len(later_sizes)))
+    got_positions = [positions[0] for _, positions, _ in calls[1:]]
+    if got_positions != expected_positions:
+        fail(f"{call}: a new token's position is the number of tokens before it", expected=expected_positions,
+             got=got_positions,
+             hint="RoPE rotates the new token's query and key by its position: pass positions=[cache.seq_len].")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,6 +318,7 @@ def check_generate(
 # ---------------------------------------------------------------------------------------------
 
 
+@recorded_check
 def check_decode_step_cost(
     student_decode_step_cost: Callable, config: ModelConfig, batch_size: int, context_len: int,
     bytes_per_element: float,
@@ -273,11 +327,11 @@ def check_decode_step_cost(
     of one decode step of ``batch_size`` sequences with ``context_len`` tokens each (the new one included)."""
     require_own_implementation(student_decode_step_cost, "decode_step_cost")
     call = f"decode_step_cost(config, batch_size={batch_size}, context_len={context_len}, {bytes_per_element})"
-    got = call_student(student_decode_step_cost, call, config, batch_size, context_len, bytes_per_element,
-                       show_args=False)
-    expected = roofline.forward_cost(config, batch_size, 1, context_len, bytes_per_element)
+    got = call_student(student_decode_step_cost, call, lend_config(config), batch_size, context_len, bytes_per_element,
+                       copy_args=False, show_args=False)
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         fail(f"{call} must return a pair (flops, bytes)", expected="(flops, bytes)", got=short_repr(got))
+    expected = _reference_forward_cost(config, batch_size, 1, context_len, bytes_per_element)
     hints = {
         "flops": "per layer: the seven linear layers over batch_size tokens (2 * B * in * out each) plus attention "
                  "per sequence (4 * context_len * num_q_heads * head_dim); times num_layers; plus the lm_head "
@@ -296,8 +350,6 @@ def check_decode_step_cost(
 
 
 
-@lru_cache(maxsize=1)
 def smollm2_model() -> LlamaModel:
-    """SmolLM2-135M-Instruct (fp32, CPU), loaded once per process."""
-    model, _ = load_smollm2()
-    return model
+    """SmolLM2-135M-Instruct (fp32, CPU), loaded once per process (``checks.smollm2()``'s model)."""
+    return smollm2()[0]

@@ -15,6 +15,7 @@ import math
 from typing import Callable
 
 from course_lib.checks import call_student, fail, register_reference_names, require_own_implementation, short_repr
+from course_lib.checks.fixtures import recorded_check, reference
 from course_lib.sim.disaggregation import kv_transfer_ms
 
 __all__ = ["check_kv_transfer_ms", "reference_kv_transfer_ms"]
@@ -25,11 +26,14 @@ register_reference_names("reference_kv_transfer_ms")
 RELATIVE_TOLERANCE = 1e-6
 
 
+_reference_transfer = reference(kv_transfer_ms)
+
+
 def reference_kv_transfer_ms(num_tokens: int, num_layers: int, num_kv_heads: int, head_dim: int,
                              bytes_per_element: float, link_gb_per_s: float, latency_ms: float = 0.0) -> float:
     """Milliseconds to copy ``num_tokens`` tokens of KV cache over a link of ``link_gb_per_s`` GB/s."""
     kv_bytes_per_token = 2 * num_layers * num_kv_heads * head_dim * bytes_per_element
-    return kv_transfer_ms(num_tokens, kv_bytes_per_token, link_gb_per_s, latency_ms)
+    return _reference_transfer(num_tokens, kv_bytes_per_token, link_gb_per_s, latency_ms)
 
 
 def _hint(got: float, expected: float, latency_ms: float) -> str:
@@ -53,6 +57,7 @@ def _hint(got: float, expected: float, latency_ms: float) -> str:
             "ms = latency_ms + bytes / (link_gb_per_s * 1e9) * 1000.")
 
 
+@recorded_check
 def check_kv_transfer_ms(student_kv_transfer_ms: Callable, num_tokens: int, num_layers: int, num_kv_heads: int,
                          head_dim: int, bytes_per_element: float, link_gb_per_s: float,
                          latency_ms: float = 0.0) -> None:
@@ -61,11 +66,11 @@ def check_kv_transfer_ms(student_kv_transfer_ms: Callable, num_tokens: int, num_
     args = (num_tokens, num_layers, num_kv_heads, head_dim, bytes_per_element, link_gb_per_s, latency_ms)
     call = f"kv_transfer_ms({', '.join(short_repr(argument) for argument in args)})"
     got = call_student(student_kv_transfer_ms, call, *args, show_args=False)
-    expected = reference_kv_transfer_ms(*args)
     try:
         value = float(got)
     except (TypeError, ValueError):
-        fail(f"{call} must return a number of milliseconds", expected=expected, got=got)
+        fail(f"{call} must return a number of milliseconds", expected="a float", got=got)
+    expected = reference_kv_transfer_ms(*args)
     if math.isclose(value, expected, rel_tol=RELATIVE_TOLERANCE, abs_tol=1e-12):
         return
     fail(f"{call} (milliseconds, relative tolerance {RELATIVE_TOLERANCE:g})", expected=expected, got=value,

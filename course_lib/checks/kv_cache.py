@@ -7,7 +7,10 @@ pool with :func:`course_lib.sim.fragmentation.waste_breakdown` on hand-made stat
 taken from simulator runs.
 
 Students' functions receive a ``ConfigSizes``, the model sizes alone, rather than a
-``ModelConfig``: it has every field a formula needs, but no helper method to call instead.
+``ModelConfig``: it has every field a formula needs, but no helper method to call instead. It and
+the ``Reservation`` objects of the waste exercise are built with ``checks.make``, where the
+student's code runs; test cells describe reservations as plain tuples
+``(request_id, start, size, num_tokens, final_len)``.
 """
 
 from __future__ import annotations
@@ -23,10 +26,13 @@ from course_lib.checks import (
     call_student,
     expect_equal,
     fail,
+    make,
     register_reference_names,
     require_own_implementation,
 )
-from course_lib.kv_cache import KVCache, kv_cache_bytes, kv_cache_bytes_per_token
+from course_lib.checks._shared import expect_raises
+from course_lib.checks.fixtures import recorded_check, reference
+from course_lib.kv_cache import KVCache, kv_cache_bytes, kv_cache_bytes_per_token, tokens_through_model
 from course_lib.model import ModelConfig
 from course_lib.paged import PagedKVCache
 from course_lib.sim.fragmentation import (
@@ -53,6 +59,14 @@ __all__ = [
 
 register_reference_names("kv_cache_bytes", "kv_cache_bytes_per_token", "waste_breakdown", "free_holes",
                          "kv_bytes_per_token")
+
+
+_reference_kv_cache_bytes_per_token = reference(kv_cache_bytes_per_token)
+_reference_kv_cache_bytes = reference(kv_cache_bytes)
+_reference_waste_breakdown = reference(waste_breakdown)
+_reference_tokens_through_model = reference(tokens_through_model)
+
+ReservationLike = Reservation | tuple[int, int, int, int, int]
 
 
 @dataclass(frozen=True)
@@ -96,6 +110,11 @@ def _as_model_config(sizes: ConfigSizes) -> ModelConfig:
                        rope_theta=10000.0, rms_norm_eps=1e-5)
 
 
+def _lend(config: ConfigSizes) -> ConfigSizes:
+    """The sizes for the student's code, built where it runs."""
+    return make(ConfigSizes, **{f.name: getattr(config, f.name) for f in fields(ConfigSizes)})
+
+
 def _config_name(config: ConfigSizes) -> str:
     return (f"config(layers={config.num_layers}, q_heads={config.num_q_heads}, kv_heads={config.num_kv_heads}, "
             f"head_dim={config.head_dim})")
@@ -128,49 +147,43 @@ def _size_hint(got: Any, expected: int, config: ConfigSizes, per_token: int) -> 
 # ---------------------------------------------------------------------------------------------
 
 
+@recorded_check
 def check_kv_cache_bytes_per_token(student_fn: Callable, config: ConfigSizes, dtype: torch.dtype) -> None:
     """``student_fn(config, dtype)`` must equal the reference bytes per token."""
     require_own_implementation(student_fn, "kv_cache_bytes_per_token")
-    expected = kv_cache_bytes_per_token(_as_model_config(config), dtype)
-    got = call_student(student_fn, "kv_cache_bytes_per_token", config, dtype)
+    got = call_student(student_fn, "kv_cache_bytes_per_token", _lend(config), dtype, copy_args=False)
+    expected = _reference_kv_cache_bytes_per_token(_as_model_config(config), dtype)
     if got != expected or isinstance(got, bool):
         fail(f"kv_cache_bytes_per_token({_config_name(config)}, {dtype}): wrong number of bytes",
              expected=expected, got=got, hint=_size_hint(got, expected, config, expected))
 
 
+@recorded_check
 def check_kv_cache_bytes(student_fn: Callable, config: ConfigSizes, seq_len: int, batch_size: int,
                          dtype: torch.dtype) -> None:
     """``student_fn(config, seq_len, batch_size, dtype)`` must equal the reference total."""
     require_own_implementation(student_fn, "kv_cache_bytes")
-    expected = kv_cache_bytes(_as_model_config(config), seq_len, batch_size, dtype)
-    got = call_student(student_fn, "kv_cache_bytes", config, seq_len, batch_size, dtype)
+    got = call_student(student_fn, "kv_cache_bytes", _lend(config), seq_len, batch_size, dtype, copy_args=False)
+    expected = _reference_kv_cache_bytes(_as_model_config(config), seq_len, batch_size, dtype)
     if got != expected or isinstance(got, bool):
-        per_token = kv_cache_bytes_per_token(_as_model_config(config), dtype)
+        per_token = _reference_kv_cache_bytes_per_token(_as_model_config(config), dtype)
         fail(f"kv_cache_bytes({_config_name(config)}, seq_len={seq_len}, batch_size={batch_size}, {dtype})",
              expected=expected, got=got, hint=_size_hint(got, expected, config, per_token))
 
 
+@recorded_check
 def check_kv_cache_bytes_rejects_bad_lengths(student_fn: Callable) -> None:
-    """Negative seq_len or batch_size must raise ValueError."""
+    """Negative seq_len or batch_size must raise ValueError (the documented type) naming the argument."""
     require_own_implementation(student_fn, "kv_cache_bytes")
-    config = smollm2_config()
-    for seq_len, batch_size in ((-1, 1), (16, -2)):
-        try:
-            student_fn(config, seq_len, batch_size, torch.float16)
-        except ValueError:
-            continue
-        except NotImplementedError:
-            raise
-        except Exception as error:
-            fail(f"kv_cache_bytes(config, seq_len={seq_len}, batch_size={batch_size}) raised "
-                 f"{type(error).__name__}, not ValueError", show_values=False,
-                 hint="check the arguments first and raise ValueError naming the argument and its allowed range.")
-        else:
-            fail(f"kv_cache_bytes(config, seq_len={seq_len}, batch_size={batch_size}) returned a size "
-                 "instead of raising ValueError", show_values=False,
-                 hint="a negative length or batch size is a mistake by the caller: raise ValueError.")
+    config = _lend(smollm2_config())
+    for seq_len, batch_size, name in ((-1, 1, "seq_len"), (16, -2, "batch_size")):
+        expect_raises(student_fn, f"kv_cache_bytes(config, seq_len={seq_len}, batch_size={batch_size})", ValueError,
+                      config, seq_len, batch_size, torch.float16, message_names=(name,),
+                      hint="check the arguments first and raise ValueError naming the argument and its allowed "
+                           "range: a negative length or batch size is a mistake by the caller.")
 
 
+@recorded_check
 def check_matches_real_allocations(student_fn: Callable, seq_len: int, dtype: torch.dtype,
                                    num_blocks: int = 4, block_size: int = 16) -> None:
     """The student's ``kv_cache_bytes`` must equal what our caches really allocate for SmolLM2.
@@ -183,17 +196,18 @@ def check_matches_real_allocations(student_fn: Callable, seq_len: int, dtype: to
     model_config = _smollm2_model_config()
     config = ConfigSizes.of(model_config)
     contiguous = KVCache(model_config, seq_len, dtype=dtype)
-    got = call_student(student_fn, "kv_cache_bytes", config, seq_len, 1, dtype)
+    config = _lend(config)
+    got = call_student(student_fn, "kv_cache_bytes", config, seq_len, 1, dtype, copy_args=False)
     expect_equal(got, contiguous.nbytes,
                  f"kv_cache_bytes(SmolLM2, seq_len={seq_len}, batch_size=1, {dtype}) vs the bytes "
                  f"KVCache(config, max_seq_len={seq_len}, dtype={dtype}) allocates",
                  hint="KVCache keeps, per layer, a key and a value tensor [max_seq_len, num_kv_heads, head_dim].")
     paged = PagedKVCache(model_config, num_blocks, block_size, dtype=dtype)
-    got_block = call_student(student_fn, "kv_cache_bytes", config, block_size, 1, dtype)
+    got_block = call_student(student_fn, "kv_cache_bytes", config, block_size, 1, dtype, copy_args=False)
     expect_equal(got_block, PagedKVCache.bytes_per_block(model_config, block_size, dtype),
                  f"kv_cache_bytes(SmolLM2, seq_len={block_size}, 1, {dtype}) vs the bytes of one paged block "
                  f"of {block_size} tokens")
-    got_pool = call_student(student_fn, "kv_cache_bytes", config, block_size, num_blocks, dtype)
+    got_pool = call_student(student_fn, "kv_cache_bytes", config, block_size, num_blocks, dtype, copy_args=False)
     expect_equal(got_pool, paged.nbytes,
                  f"kv_cache_bytes(SmolLM2, {block_size}, {num_blocks}, {dtype}) vs the bytes of "
                  f"PagedKVCache(config, num_blocks={num_blocks}, block_size={block_size})",
@@ -205,20 +219,13 @@ def check_matches_real_allocations(student_fn: Callable, seq_len: int, dtype: to
 # ---------------------------------------------------------------------------------------------
 
 
-def _tokens_run(prompt_len: int, num_new_tokens: int, use_cache: bool) -> int:
-    """Tokens fed through the model to generate ``num_new_tokens`` tokens, summed step by step."""
-    if use_cache:
-        # The prompt once, then each new token except the last goes back in as the next input.
-        return prompt_len + (num_new_tokens - 1)
-    return sum(prompt_len + step for step in range(num_new_tokens))
-
-
+@recorded_check
 def check_tokens_through_model(student_fn: Callable, prompt_len: int, num_new_tokens: int) -> None:
     """``student_fn(prompt_len, num_new_tokens, use_cache)`` for both values of use_cache."""
     require_own_implementation(student_fn, "tokens_through_model")
     for use_cache in (True, False):
-        expected = _tokens_run(prompt_len, num_new_tokens, use_cache)
         got = call_student(student_fn, "tokens_through_model", prompt_len, num_new_tokens, use_cache)
+        expected = _reference_tokens_through_model(prompt_len, num_new_tokens, use_cache)
         if got == expected and not isinstance(got, bool):
             continue
         if use_cache:
@@ -236,14 +243,22 @@ def check_tokens_through_model(student_fn: Callable, prompt_len: int, num_new_to
 # ---------------------------------------------------------------------------------------------
 
 
-def example_pool() -> tuple[list[Reservation], int, int]:
-    """The worked example's state: (reservations, pool_slots, request_slots)."""
-    reservations = [
-        Reservation(request_id=0, start=0, size=8, num_tokens=3, final_len=6),
-        Reservation(request_id=1, start=10, size=6, num_tokens=6, final_len=6),
-        Reservation(request_id=2, start=20, size=8, num_tokens=2, final_len=4),
-    ]
-    return reservations, 32, 5
+def example_pool() -> tuple[list[tuple[int, int, int, int, int]], int, int]:
+    """The worked example's state: (reservations as (request_id, start, size, num_tokens, final_len)
+    tuples, pool_slots, request_slots)."""
+    return [(0, 0, 8, 3, 6), (1, 10, 6, 6, 6), (2, 20, 8, 2, 4)], 32, 5
+
+
+def _as_reservation(item: ReservationLike) -> Reservation:
+    if isinstance(item, Reservation):
+        return item
+    request_id, start, size, num_tokens, final_len = item
+    return Reservation(request_id, start, size, num_tokens, final_len)
+
+
+def _lend_reservation(reservation: Reservation) -> Reservation:
+    return make(Reservation, reservation.request_id, reservation.start, reservation.size, reservation.num_tokens,
+                reservation.final_len)
 
 
 def _waste_hint(kind: str, got: dict, expected: dict) -> str:
@@ -264,19 +279,30 @@ def _waste_hint(kind: str, got: dict, expected: dict) -> str:
             "next's start is a hole; holes with length < request_slots are external fragmentation.")
 
 
-def check_waste_breakdown(student_fn: Callable, reservations: list[Reservation], pool_slots: int,
+@recorded_check
+def check_waste_breakdown(student_fn: Callable, reservations: list[ReservationLike], pool_slots: int,
                           request_slots: int) -> None:
-    """``student_fn(reservations, pool_slots, request_slots)`` must count every kind like the reference."""
+    """``student_fn(reservations, pool_slots, request_slots)`` must count every kind like the reference.
+
+    reservations: ``Reservation`` objects or ``(request_id, start, size, num_tokens, final_len)`` tuples.
+    """
     require_own_implementation(student_fn, "waste_breakdown")
-    expected = waste_breakdown(reservations, pool_slots, request_slots)
-    got = call_student(student_fn, "waste_breakdown", list(reservations), pool_slots, request_slots)
+    _check_waste_breakdown(student_fn, [_as_reservation(item) for item in reservations], pool_slots, request_slots)
+
+
+def _check_waste_breakdown(student_fn: Callable, reservations: list[Reservation], pool_slots: int,
+                           request_slots: int) -> None:
+    lent = [_lend_reservation(reservation) for reservation in reservations]
+    got = call_student(student_fn, "waste_breakdown", lent, pool_slots, request_slots, copy_args=False)
     call = f"waste_breakdown(<{len(reservations)} reservations>, pool_slots={pool_slots}, request_slots={request_slots})"
+    kinds = ["used", "reserved_unused", "internal", "free", "external"]
     if not isinstance(got, dict):
-        fail(f"{call} must return a dict", expected=sorted(expected), got=type(got).__name__)
-    missing = [kind for kind in expected if kind not in got]
+        fail(f"{call} must return a dict", expected=kinds, got=type(got).__name__)
+    missing = [kind for kind in kinds if kind not in got]
     if missing:
-        fail(f"{call}: missing keys", expected=sorted(expected), got=sorted(got),
+        fail(f"{call}: missing keys", expected=sorted(kinds), got=sorted(got),
              hint="return a dict with the keys used, reserved_unused, internal, free, external.")
+    expected = _reference_waste_breakdown(reservations, pool_slots, request_slots)
     for kind in expected:
         if got[kind] != expected[kind]:
             shown = ", ".join(f"(start={r.start}, size={r.size}, num_tokens={r.num_tokens}, final_len={r.final_len})"
@@ -285,6 +311,7 @@ def check_waste_breakdown(student_fn: Callable, reservations: list[Reservation],
                  expected=expected[kind], got=got[kind], hint=_waste_hint(kind, got, expected))
 
 
+@recorded_check
 def check_waste_breakdown_on_simulation(student_fn: Callable, seed: int, num_states: int = 5) -> None:
     """Check the student's counts on states of a simulated contiguous pool (reservations shuffled)."""
     require_own_implementation(student_fn, "waste_breakdown")
@@ -296,4 +323,4 @@ def check_waste_breakdown_on_simulation(student_fn: Callable, seed: int, num_sta
     for snapshot in rng.sample(busy, min(num_states, len(busy))):
         reservations = list(snapshot.reservations)
         rng.shuffle(reservations)  # the order a dict of running requests would give: not by address
-        check_waste_breakdown(student_fn, reservations, trace.pool_slots, snapshot.next_request_slots or 64)
+        _check_waste_breakdown(student_fn, reservations, trace.pool_slots, snapshot.next_request_slots or 64)

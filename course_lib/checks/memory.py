@@ -5,6 +5,10 @@ in :mod:`course_lib.memory` (or with the tensors SmolLM2's GGUF file really hold
 :class:`~course_lib.checks.CheckFailed` with what was expected, what came back and a hint aimed at
 the usual mistake: forgetting grouped-query attention, counting a tied ``lm_head`` twice, leaving
 out Adam's fp32 master copy, reading the KV cache with the query heads.
+
+The ``ModelConfig`` a student's function receives is built with ``checks.make`` (where the
+student's code runs); the check keeps its own copy to compute the expected values. A precision the
+docstrings do not allow must raise ``ValueError``, the documented type.
 """
 
 from __future__ import annotations
@@ -14,17 +18,11 @@ import numbers
 from functools import lru_cache
 from typing import Any, Callable
 
+from course_lib import memory
 from course_lib.checks import call_student, fail, register_reference_names, require_own_implementation, short_repr
-from course_lib.memory import (
-    BYTES_PER_ELEMENT,
-    LLAMA2_7B,
-    LLAMA2_13B,
-    activation_bytes,
-    count_parameters,
-    inference_memory,
-    tensor_shapes,
-    training_memory,
-)
+from course_lib.checks._shared import expect_raises, lend_config
+from course_lib.checks.fixtures import recorded_check, reference
+from course_lib.memory import BYTES_PER_ELEMENT, LLAMA2_7B, LLAMA2_13B, TRAINING_PRECISIONS
 from course_lib.model import ModelConfig
 
 __all__ = [
@@ -57,6 +55,12 @@ _GGUF_GLOBAL_NAMES = {"token_embd": "embed_tokens", "output_norm": "norm", "outp
 
 # The relative tolerance for byte counts: they are exact products, only float rounding differs.
 _REL = 1e-9
+
+_reference_tensor_shapes = reference(memory.tensor_shapes)
+_reference_count_parameters = reference(memory.count_parameters)
+_reference_activation_bytes = reference(memory.activation_bytes)
+_reference_training_memory = reference(memory.training_memory)
+_reference_inference_memory = reference(memory.inference_memory)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,6 +129,7 @@ def _close(got: Any, expected: float) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
+@recorded_check
 def check_tensor_shapes(student_tensor_shapes: Callable, config: ModelConfig, tied_embeddings: bool,
                         expected: dict[str, tuple[int, ...]] | None = None) -> None:
     """``student_tensor_shapes(config, tied_embeddings)`` must list every tensor with its torch shape.
@@ -132,9 +137,9 @@ def check_tensor_shapes(student_tensor_shapes: Callable, config: ModelConfig, ti
     ``expected`` defaults to the reference; pass ``smollm2_tensor_shapes()`` to compare with the file.
     """
     require_own_implementation(student_tensor_shapes, "tensor_shapes")
-    got = call_student(student_tensor_shapes, "tensor_shapes", config, tied_embeddings)
+    got = call_student(student_tensor_shapes, "tensor_shapes", lend_config(config), tied_embeddings, copy_args=False)
     if expected is None:
-        expected = tensor_shapes(config, tied_embeddings)
+        expected = _reference_tensor_shapes(config, tied_embeddings)
     call = f"tensor_shapes({_describe(config)}, tied_embeddings={tied_embeddings})"
     if not isinstance(got, dict):
         fail(f"{call} must return a dict {{name: shape tuple}}", expected="dict", got=type(got).__name__)
@@ -170,6 +175,7 @@ def check_tensor_shapes(student_tensor_shapes: Callable, config: ModelConfig, ti
         fail(f"{call}[{name!r}] has the wrong shape", expected=shape, got=got[name], hint=hint)
 
 
+@recorded_check
 def check_count_parameters(student_count_parameters: Callable, config: ModelConfig, tied_embeddings: bool,
                            expected: int | None = None) -> None:
     """``student_count_parameters(config, tied_embeddings)`` must return the exact number of weights.
@@ -177,9 +183,10 @@ def check_count_parameters(student_count_parameters: Callable, config: ModelConf
     ``expected`` defaults to the reference; pass ``smollm2_parameter_count()`` to compare with the file.
     """
     require_own_implementation(student_count_parameters, "count_parameters")
-    got = call_student(student_count_parameters, "count_parameters", config, tied_embeddings)
+    got = call_student(student_count_parameters, "count_parameters", lend_config(config), tied_embeddings,
+                       copy_args=False)
     if expected is None:
-        expected = count_parameters(config, tied_embeddings)
+        expected = _reference_count_parameters(config, tied_embeddings)
     call = f"count_parameters({_describe(config)}, tied_embeddings={tied_embeddings})"
     if not (isinstance(got, numbers.Integral) and not isinstance(got, bool)):
         if _is_number(got) and float(got).is_integer():
@@ -215,13 +222,17 @@ def check_count_parameters(student_count_parameters: Callable, config: ModelConf
 # ---------------------------------------------------------------------------------------------
 
 
+@recorded_check
 def check_activation_bytes(student_activation_bytes: Callable, config: ModelConfig, batch_size: int,
                            seq_len: int, bytes_per_number: float) -> None:
     """``student_activation_bytes(config, batch_size, seq_len, bytes_per_number)`` = the stated formula."""
     require_own_implementation(student_activation_bytes, "activation_bytes")
-    got = call_student(student_activation_bytes, "activation_bytes", config, batch_size, seq_len, bytes_per_number)
-    expected = activation_bytes(config, batch_size, seq_len, bytes_per_number)
+    got = call_student(student_activation_bytes, "activation_bytes", lend_config(config), batch_size, seq_len,
+                       bytes_per_number, copy_args=False)
     call = f"activation_bytes({_describe(config)}, batch_size={batch_size}, seq_len={seq_len}, {bytes_per_number})"
+    if not _is_number(got):
+        fail(f"{call} must return a number of bytes", expected="int or float", got=short_repr(got))
+    expected = _reference_activation_bytes(config, batch_size, seq_len, bytes_per_number)
     if _close(got, expected):
         return
     tokens = batch_size * seq_len
@@ -243,14 +254,22 @@ def check_activation_bytes(student_activation_bytes: Callable, config: ModelConf
     fail(call, expected=expected, got=got, hint=hint)
 
 
+@recorded_check
 def check_training_memory(student_training_memory: Callable, num_parameters: int, precision: str,
                           activations: float) -> None:
-    """``student_training_memory(num_parameters, precision, activations)`` must give the reference's dict."""
+    """``student_training_memory(num_parameters, precision, activations)`` must give the reference's dict;
+    a precision that is not a training precision (int8, int4, ...) must raise ValueError."""
     require_own_implementation(student_training_memory, "training_memory")
-    got = call_student(student_training_memory, "training_memory", num_parameters, precision, activations)
-    expected = training_memory(num_parameters, precision, activations)
     call = f"training_memory({num_parameters:,}, {precision!r}, activations={activations:,})"
-    _expect_components(call, got, expected)
+    if precision not in TRAINING_PRECISIONS:
+        expect_raises(student_training_memory, call, ValueError, num_parameters, precision, activations,
+                      message_names=(precision, *TRAINING_PRECISIONS),
+                      hint="check the precision first and raise ValueError naming the training precisions "
+                           f"{sorted(TRAINING_PRECISIONS)}; int8 and int4 are inference formats.")
+        return
+    got = call_student(student_training_memory, "training_memory", num_parameters, precision, activations)
+    _expect_components(call, got, ["weights", "gradients", "optimizer", "activations"])
+    expected = _reference_training_memory(num_parameters, precision, activations)
     for component in ("weights", "gradients", "optimizer", "activations"):
         value = got[component]
         if _close(value, expected[component]):
@@ -275,16 +294,17 @@ def check_training_memory(student_training_memory: Callable, num_parameters: int
 # ---------------------------------------------------------------------------------------------
 
 
+@recorded_check
 def check_inference_memory(student_inference_memory: Callable, num_parameters: int, precision: str,
                            config: ModelConfig, batch_size: int, seq_len: int, kv_precision: str = "fp16") -> None:
     """``student_inference_memory(num_parameters, precision, config, batch_size, seq_len, kv_precision)``."""
     require_own_implementation(student_inference_memory, "inference_memory")
-    got = call_student(student_inference_memory, "inference_memory", num_parameters, precision, config, batch_size,
-                       seq_len, kv_precision)
-    expected = inference_memory(num_parameters, precision, config, batch_size, seq_len, kv_precision)
+    got = call_student(student_inference_memory, "inference_memory", num_parameters, precision, lend_config(config),
+                       batch_size, seq_len, kv_precision, copy_args=False)
     call = (f"inference_memory({num_parameters:,}, {precision!r}, {_describe(config)}, batch_size={batch_size}, "
             f"seq_len={seq_len}, kv_precision={kv_precision!r})")
-    _expect_components(call, got, expected)
+    _expect_components(call, got, ["weights", "kv_cache"])
+    expected = _reference_inference_memory(num_parameters, precision, config, batch_size, seq_len, kv_precision)
     if not _close(got["weights"], expected["weights"]):
         hint = f"weights: num_parameters x bytes per element of {precision!r} ({BYTES_PER_ELEMENT[precision]} B)."
         if _close(got["weights"], num_parameters * BYTES_PER_ELEMENT[kv_precision]):
@@ -311,7 +331,7 @@ def check_inference_memory(student_inference_memory: Callable, num_parameters: i
     fail(f"{call}['kv_cache']", expected=wanted, got=value, hint=hint)
 
 
-def _expect_components(call: str, got: Any, expected: dict[str, float]) -> None:
+def _expect_components(call: str, got: Any, expected: list[str]) -> None:
     if not isinstance(got, dict) or set(got) != set(expected):
         fail(f"{call} must return a dict with exactly the keys {sorted(expected)}", expected=sorted(expected),
              got=sorted(got) if isinstance(got, dict) else type(got).__name__,

@@ -11,7 +11,11 @@ the same operations (``_Mirror``) and compares, after each one, what came back a
 - the *sharing pattern*: physical ids may differ (a free list can hand blocks out in any order),
   but student and reference blocks must correspond one to one across all tables, so two
   sequences share a block in one allocator exactly when they share it in the other;
-- an operation the reference refuses for lack of blocks must raise and change nothing.
+- an operation the reference refuses must raise the documented error and change nothing:
+  ``OutOfBlocksError`` (from ``course_lib.paged``) when the pool is short, ``ValueError`` for a bad
+  request (a sequence id that already holds blocks, a position outside the sequence). Any other
+  exception (an ``IndexError`` from popping an empty free list) is a crash, not a refusal: the
+  scheduler catches neither.
 
 ``check_random_operations`` does the same on a long, seeded random sequence of operations
 (allocate, append, fork, free, and the questions), the property-based test of the chapter: the
@@ -27,10 +31,12 @@ from course_lib.checks import (
     CheckFailed,
     call_student,
     fail,
+    is_remote,
     register_reference_names,
     require_own_implementation,
     short_repr,
 )
+from course_lib.checks.fixtures import recorded_check, reference
 from course_lib.paged import BlockAllocator, OutOfBlocksError
 
 __all__ = [
@@ -45,6 +51,8 @@ __all__ = [
 ]
 
 register_reference_names("BlockAllocator")
+
+_ReferenceAllocator = reference(BlockAllocator)
 
 REQUIRED_MEMBERS = ("num_free_blocks", "blocks_needed", "can_allocate", "allocate", "can_append", "append_slot",
                     "mark_computed", "free", "block_table", "fork", "slot")
@@ -66,7 +74,9 @@ def _describe(operation: str, args: tuple) -> str:
 
 def _require_own_class(student_cls: Any) -> None:
     require_own_implementation(student_cls, "BlockAllocator")
-    if isinstance(student_cls, type):
+    # Locally (the kit, not grading) a subclass of the reference inherits the answer; when grading,
+    # the student's kernel has no reference to inherit from.
+    if not is_remote(student_cls) and isinstance(student_cls, type):
         for base in student_cls.__mro__[1:]:
             if (base.__module__ or "").startswith("course_lib"):
                 fail(f"BlockAllocator inherits from the course's {base.__module__}.{base.__name__}.",
@@ -83,7 +93,7 @@ class _Mirror:
         self.history: list[str] = [f"BlockAllocator(num_blocks={num_blocks}, block_size={block_size})"]
         self.student = call_student(student_cls, f"BlockAllocator({num_blocks}, {block_size})", num_blocks, block_size,
                                     show_args=False)
-        self.reference = BlockAllocator(num_blocks, block_size, enable_prefix_caching=False)
+        self.reference = _ReferenceAllocator(num_blocks, block_size, enable_prefix_caching=False)
         self.live: list[Any] = []  # sequence ids that hold blocks, in the order they got them
         self._compare_state("right after construction")
 
@@ -134,6 +144,18 @@ class _Mirror:
             return None, error
 
     def _expect_refusal(self, operation: str, args: tuple, expected_error: Exception, error: Exception | None) -> None:
+        documented = OutOfBlocksError if isinstance(expected_error, OutOfBlocksError) else ValueError
+        if error is not None and not isinstance(error, documented):
+            if documented is OutOfBlocksError:
+                hint = ("check that enough blocks are free BEFORE taking any, and raise OutOfBlocksError (imported "
+                        "from course_lib.paged) yourself: the scheduler asks can_allocate / can_append first, and "
+                        "any other error means a bug, not a full pool.")
+            else:
+                hint = f"refuse it explicitly with raise ValueError(...): {expected_error}"
+            raise CheckFailed(
+                f"{_describe(operation, args)} raised {type(error).__name__}: {error}\n  {self._where()}\n"
+                f"  expected: {documented.__name__} (the documented refusal)\n  got:      {type(error).__name__}\n"
+                f"  hint: {hint}") from error
         if error is not None:
             return
         if isinstance(expected_error, OutOfBlocksError):
@@ -291,6 +313,7 @@ def _apply(allocator: BlockAllocator, operation: str, args: tuple) -> tuple[Any,
 # ---------------------------------------------------------------------------------------------
 
 
+@recorded_check
 def check_interface(student_cls: Any) -> None:
     """The class can be built with (num_blocks, block_size) and has every member the engine calls."""
     mirror = _Mirror(student_cls, 4, 16)
@@ -306,6 +329,7 @@ def check_interface(student_cls: Any) -> None:
                  hint="store the constructor's arguments as attributes with these names.")
 
 
+@recorded_check
 def check_blocks_needed(student_cls: Any, block_size: int, lengths: list[int]) -> None:
     """``blocks_needed(n)`` equals ceil(n / block_size) for every n in ``lengths``."""
     mirror = _Mirror(student_cls, 8, block_size)
@@ -313,6 +337,7 @@ def check_blocks_needed(student_cls: Any, block_size: int, lengths: list[int]) -
         mirror.run("blocks_needed", num_tokens)
 
 
+@recorded_check
 def check_allocate_and_free(student_cls: Any, num_blocks: int = 4, block_size: int = 4) -> None:
     """Allocate until the pool is short, refuse what does not fit, free, and allocate again."""
     mirror = _Mirror(student_cls, num_blocks, block_size)
@@ -327,6 +352,7 @@ def check_allocate_and_free(student_cls: Any, num_blocks: int = 4, block_size: i
     mirror.run("free", "d")
 
 
+@recorded_check
 def check_append_slot(student_cls: Any, num_blocks: int = 4, block_size: int = 4) -> None:
     """Tokens fill the last block before a new block is taken; a full pool refuses to grow."""
     mirror = _Mirror(student_cls, num_blocks, block_size)
@@ -343,6 +369,7 @@ def check_append_slot(student_cls: Any, num_blocks: int = 4, block_size: int = 4
     mirror.run("append_slot", "b")
 
 
+@recorded_check
 def check_slot(student_cls: Any, block_size: int = 4, num_tokens: int = 11) -> None:
     """``slot(seq, p)`` goes through the block table for every position of two interleaved sequences."""
     mirror = _Mirror(student_cls, 8, block_size)
@@ -355,6 +382,7 @@ def check_slot(student_cls: Any, block_size: int = 4, num_tokens: int = 11) -> N
             mirror.run("slot", seq_id, position)
 
 
+@recorded_check
 def check_fork_and_copy_on_write(student_cls: Any, block_size: int = 4) -> None:
     """A fork shares every block; writing into a shared last block copies it; free respects ref counts."""
     mirror = _Mirror(student_cls, 6, block_size)
@@ -372,6 +400,7 @@ def check_fork_and_copy_on_write(student_cls: Any, block_size: int = 4) -> None:
     mirror.run("free", "other")
 
 
+@recorded_check
 def check_random_operations(student_cls: Any, seed: int, num_operations: int = 300, num_blocks: int | None = None,
                             block_size: int | None = None) -> None:
     """A seeded random sequence of operations, compared with the reference after every one.

@@ -12,7 +12,11 @@ The student writes four things, checked here against :mod:`course_lib.scheduler`
 - and, at the end, both classes inside ``LLMEngine`` serving SmolLM2, compared with the reference engine.
 
 The scheduler checks give the student's scheduler the *reference* allocator, so a bug in the allocator
-costs only the allocator's cells and the engine's.
+costs only the allocator's cells and the engine's. That allocator stays on the check's side: the
+scheduler gets it through ``checks.share`` (its methods only), so the blocks the check counts are
+what the scheduler really took and gave back. Requests, configs and the engine that runs the
+student's parts are built with ``checks.make``, where the student's code runs; what the student's
+objects hold is read through their public attributes, never by testing their class.
 """
 
 from __future__ import annotations
@@ -23,15 +27,18 @@ from typing import Any, Callable
 
 from course_lib.checks import (
     call_student,
-    check,
     fail,
+    is_remote,
+    make,
     register_reference_names,
     require_own_implementation,
+    share,
     short_repr,
+    smollm2,
 )
-from course_lib.paged import AllocatorProtocol, OutOfBlocksError
-from course_lib.paged import BlockAllocator as ReferenceAllocator
-from course_lib.scheduler import Request, RequestStatus, SchedulerConfig, SchedulerOutput, SchedulerProtocol
+from course_lib.checks.fixtures import recorded_check, reference
+from course_lib.paged import BlockAllocator, OutOfBlocksError
+from course_lib.scheduler import Request, RequestStatus, SchedulerConfig, is_legal_transition
 from course_lib.scheduler import Scheduler as ReferenceScheduler
 
 __all__ = [
@@ -47,20 +54,21 @@ __all__ = [
     "check_scheduler_scenario",
     "chat_prompts",
     "make_request",
+    "serving_engine",
 ]
 
 register_reference_names("BlockAllocator", "Scheduler", "set_status", "stop_status")
 
+ReferenceAllocator = reference(BlockAllocator)
+_reference_is_legal = reference(is_legal_transition)
+
+# What a scheduler may call on the allocator it is given (the methods of AllocatorProtocol).
+_ALLOCATOR_METHODS = ("blocks_needed", "can_allocate", "allocate", "can_append", "append_slot", "mark_computed",
+                      "free", "block_table")
+_SCHEDULER_MEMBERS = ("add", "schedule", "update", "finish_request", "has_unfinished")
+
 EOS = 0
 """The end-of-sequence id of the fake requests the scheduler checks make."""
-
-_FINISHED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH, RequestStatus.FINISHED_ABORTED)
-_LEGAL = {
-    RequestStatus.WAITING: {RequestStatus.RUNNING, RequestStatus.FINISHED_ABORTED},
-    RequestStatus.RUNNING: {RequestStatus.PREEMPTED, *_FINISHED},
-    RequestStatus.PREEMPTED: {RequestStatus.RUNNING, RequestStatus.FINISHED_ABORTED},
-}
-
 
 @dataclass(frozen=True)
 class FakeParams:
@@ -71,16 +79,22 @@ class FakeParams:
     ignore_eos: bool = False
 
 
-def make_request(request_id: Any, num_prompt_tokens: int, max_tokens: int = 4, **params) -> Request:
-    """A fresh WAITING request with a prompt of ``num_prompt_tokens`` ids in 1..50 (never EOS)."""
+def make_request(request_id: Any, num_prompt_tokens: int, max_tokens: int = 4, *,
+                 status: RequestStatus = RequestStatus.WAITING, **params) -> Request:
+    """A request with a prompt of ``num_prompt_tokens`` ids in 1..50 (never EOS), in state ``status``.
+
+    Built with ``checks.make``: when grading, it lives where the student's code runs.
+    """
     prompt = [1 + (len(str(request_id)) * 7 + i) % 50 for i in range(num_prompt_tokens)]
-    return Request(request_id, prompt, FakeParams(max_tokens=max_tokens, **params), eos_token_id=EOS)
+    return make(Request, request_id, prompt, make(FakeParams, max_tokens=max_tokens, **params), eos_token_id=EOS,
+                status=status)
 
 
 def _require_own_class(cls: Any, name: str, reference_cls: type) -> None:
     """The re-export guard, plus: a subclass of the reference class inherits the answer, so it earns nothing."""
     require_own_implementation(cls, name)
-    if isinstance(cls, type) and issubclass(cls, reference_cls):
+    # Only locally: when grading, the student's kernel has no reference class to inherit from.
+    if not is_remote(cls) and isinstance(cls, type) and issubclass(cls, reference_cls):
         fail(f"{name} is a subclass of the course's reference {reference_cls.__module__}.{reference_cls.__name__}.",
              hint="write the class yourself (it may subclass nothing, or the Protocol); inheriting the reference "
                   "earns no points.", show_values=False)
@@ -105,8 +119,7 @@ def _call(function: Callable, name: str, *args: Any, copy_args: bool = True) -> 
 
 def _try_move(move: Callable, old: RequestStatus, new: RequestStatus) -> tuple[bool, RequestStatus, Exception | None]:
     """(raised ValueError?, status afterwards, other exception) for one move from ``old`` to ``new``."""
-    request = make_request("r", 3)
-    request.status = old
+    request = make_request("r", 3, status=old)
     try:
         move(request, new)
     except NotImplementedError:
@@ -118,11 +131,16 @@ def _try_move(move: Callable, old: RequestStatus, new: RequestStatus) -> tuple[b
     return False, request.status, None
 
 
+@recorded_check
 def check_move(move: Callable, old: RequestStatus, new: RequestStatus) -> None:
     """``move(request, new)`` from status ``old``: a legal move sets the status, an illegal one raises ValueError."""
     require_own_implementation(move, "move")
+    _check_one_move(move, old, new)
+
+
+def _check_one_move(move: Callable, old: RequestStatus, new: RequestStatus) -> None:
     raised, after, other = _try_move(move, old, new)
-    legal = new in _LEGAL.get(old, set())
+    legal = _reference_is_legal(old, new)
     where = f"move(request, {new.name}) on a request in state {old.name}"
     if other is not None:
         fail(f"{where} raised {type(other).__name__}: {other}", expected="ValueError for an illegal move",
@@ -145,11 +163,13 @@ def check_move(move: Callable, old: RequestStatus, new: RequestStatus) -> None:
                  hint="check first, then assign: an illegal move must leave the request as it was.")
 
 
+@recorded_check
 def check_move_all_pairs(move: Callable) -> None:
     """Every (old, new) pair of states, legal and illegal."""
+    require_own_implementation(move, "move")
     for old in RequestStatus:
         for new in RequestStatus:
-            check_move(move, old, new)
+            _check_one_move(move, old, new)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,7 +188,6 @@ def _build_allocator(allocator_cls: type, num_blocks: int, block_size: int):
         fail("your BlockAllocator lacks members the engine (or this chapter) uses: " + ", ".join(missing),
              hint="paste the whole class from chapter 4; it must have every member of course_lib.paged.AllocatorProtocol, "
                   "plus fork and slot.", show_values=False)
-    check(isinstance(allocator, AllocatorProtocol), "your BlockAllocator does not satisfy AllocatorProtocol.")
     if allocator.num_blocks != num_blocks or allocator.block_size != block_size:
         fail("BlockAllocator(num_blocks, block_size) should keep its arguments as .num_blocks and .block_size.",
              expected=(num_blocks, block_size), got=(allocator.num_blocks, allocator.block_size))
@@ -280,6 +299,7 @@ class _Lockstep:
         self.log.append(f"free({seq_id!r})")
 
 
+@recorded_check
 def check_allocator_interface(allocator_cls: type) -> None:
     """A short scripted life: allocate, append across a block boundary, fork, copy-on-write, free."""
     run = _Lockstep(allocator_cls, num_blocks=6, block_size=4)
@@ -315,6 +335,7 @@ def check_allocator_interface(allocator_cls: type) -> None:
     run.compare_state()
 
 
+@recorded_check
 def check_allocator_random(allocator_cls: type, seed: int, num_ops: int = 300, num_blocks: int = 12,
                            block_size: int = 4) -> None:
     """Random allocate / append / fork / free operations, compared with the reference after each one."""
@@ -346,9 +367,18 @@ def check_allocator_random(allocator_cls: type, seed: int, num_ops: int = 300, n
 
 
 def _chunk_summary(output: Any) -> list[tuple[Any, int, int, bool]]:
-    if not isinstance(output, SchedulerOutput):
-        fail("schedule() must return a SchedulerOutput", expected="SchedulerOutput", got=type(output).__name__)
-    return [(c.request.request_id, c.start, c.num_tokens, c.samples) for c in output.chunks]
+    """The plan as plain (request_id, start, num_tokens, samples) tuples, read once."""
+    try:
+        chunks = list(output.chunks)
+        return [(c.request.request_id, c.start, c.num_tokens, c.samples) for c in chunks]
+    except AttributeError:
+        fail("schedule() must return a SchedulerOutput whose chunks are ScheduledChunk(request, start, num_tokens, "
+             "samples)", expected="SchedulerOutput", got=short_repr(output))
+        raise
+
+
+def _preempted_ids(output: Any) -> list[Any]:
+    return [request.request_id for request in list(output.preempted)]
 
 
 class _Harness:
@@ -357,15 +387,18 @@ class _Harness:
     def __init__(self, scheduler_cls: type, *, num_blocks: int, block_size: int = 4, max_num_seqs: int = 8,
                  max_num_batched_tokens: int = 64, max_model_len: int = 1000) -> None:
         _require_own_class(scheduler_cls, "the scheduler class", ReferenceScheduler)
+        # The check's own allocator: the scheduler calls its methods, the check reads its state.
         self.allocator = ReferenceAllocator(num_blocks, block_size, enable_prefix_caching=False)
-        self.config = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                                      enable_chunked_prefill=False, max_model_len=max_model_len)
+        config = make(SchedulerConfig, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                      enable_chunked_prefill=False, max_model_len=max_model_len)
         self.setup = (f"pool of {num_blocks} blocks of {block_size} tokens, max_num_seqs={max_num_seqs}, "
                       f"max_num_batched_tokens={max_num_batched_tokens}")
-        self.scheduler = _call(scheduler_cls, "scheduler_cls(config, allocator)", self.config, self.allocator,
-                               copy_args=False)
-        check(isinstance(self.scheduler, SchedulerProtocol),
-              "your scheduler lacks a member of SchedulerProtocol (add, schedule, update, finish_request, has_unfinished).")
+        self.scheduler = _call(scheduler_cls, "scheduler_cls(config, allocator)", config,
+                               share(self.allocator, *_ALLOCATOR_METHODS), copy_args=False)
+        missing = [name for name in _SCHEDULER_MEMBERS if not hasattr(self.scheduler, name)]
+        if missing:
+            fail(f"your scheduler lacks {missing}: the engine calls add, schedule, update, finish_request and "
+                 "has_unfinished.", show_values=False, hint="keep every method of the skeleton.")
         self.requests: dict[Any, Request] = {}
         self.history: list[str] = []
 
@@ -378,7 +411,7 @@ class _Harness:
     def context(self) -> str:
         return f"[{self.setup}; so far: " + ("; ".join(self.history) or "nothing") + "]"
 
-    def schedule(self, expected: list[tuple[Any, int, int, bool]], hint: str) -> SchedulerOutput:
+    def schedule(self, expected: list[tuple[Any, int, int, bool]], hint: str) -> Any:
         output = _call(self.scheduler.schedule, "schedule()", copy_args=False)
         got = _chunk_summary(output)
         if got != expected:
@@ -387,9 +420,9 @@ class _Harness:
         self.history.append("step " + ", ".join(f"{rid}:{n}" for rid, _, n, _ in got))
         return output
 
-    def update(self, output: SchedulerOutput, tokens: list[int], expected_finished: list[Any], hint: str) -> None:
+    def update(self, output: Any, tokens: list[int], expected_finished: list[Any], hint: str) -> None:
         finished = _call(self.scheduler.update, f"update(output, {tokens})", output, tokens, copy_args=False)
-        got = [r.request_id for r in (finished or [])]
+        got = [r.request_id for r in list(finished or [])]
         if sorted(map(str, got)) != sorted(map(str, expected_finished)):
             fail(f"update(output, {tokens}) returned the wrong finished requests " + self.context(),
                  expected=expected_finished, got=got, hint=hint)
@@ -503,8 +536,17 @@ def _scenario_stop_conditions(h: _Harness) -> None:
     output = h.schedule([("ignore", 3, 1, True), ("long", 3, 1, True)], _HINT_DECODE)
     h.update(output, [5, 5], ["long"], "max_tokens=2: the second output token finishes the request.")
     h.expect_status("long", RequestStatus.FINISHED_LENGTH, "max_tokens reached is FINISHED_LENGTH.")
-    h.expect(not any(h.requests[rid] in getattr(h.scheduler, "running", []) for rid in ("eos", "stop_id", "ctx", "long")),
-             "finished requests must leave the running list", "remove a finished request from self.running.")
+    for rid in ("eos", "stop_id", "ctx", "long"):
+        h.expect(not h.allocator.has_sequence(rid), f"finished request {rid!r} still holds KV blocks",
+                 "a finished request gives its blocks back at once: allocator.free(request_id).")
+    # A finished request must leave the running requests too: with max_num_seqs = 5 the three new ones
+    # fit only if the four finished requests no longer count as running.
+    for rid in ("n1", "n2", "n3"):
+        h.add(make_request(rid, 2))
+    h.schedule([("ignore", 4, 1, True), ("n1", 0, 2, True), ("n2", 0, 2, True), ("n3", 0, 2, True)],
+               "finished requests no longer run: take them out of self.running (in _finish), so that "
+               "len(self.running) counts only live requests and new ones can be admitted up to max_num_seqs. "
+               + _HINT_FIT)
 
 
 def _scenario_preemption(h: _Harness) -> None:
@@ -519,7 +561,7 @@ def _scenario_preemption(h: _Harness) -> None:
                         "a decode that finds no free block preempts the NEWEST running request (the last admitted) "
                         "and frees its blocks; if the decode's own request is the newest, it preempts itself.")
     h.expect_status("c", RequestStatus.PREEMPTED, "a preempted request moves RUNNING -> PREEMPTED.")
-    preempted = [r.request_id for r in output.preempted]
+    preempted = _preempted_ids(output)
     h.expect(preempted == ["c"], f"output.preempted should be ['c'], got {preempted}",
              "append each preempted request to output.preempted (the engine counts them).")
     h.expect(h.requests["c"].num_computed_tokens == 0 and h.requests["c"].token_ids[-1] == 12,
@@ -533,6 +575,26 @@ def _scenario_preemption(h: _Harness) -> None:
                "(prompt + generated) as one prompt; d, behind it, still waits (no block left for it).")
     h.expect_status("c", RequestStatus.RUNNING, "PREEMPTED -> RUNNING when it is admitted again.")
     h.expect_status("d", RequestStatus.WAITING, "d arrived after c: first come, first served.")
+
+
+def _scenario_preempts_itself(h: _Harness) -> None:
+    h.add(make_request("a", 6))   # 2 blocks, room left in the second
+    h.add(make_request("b", 4))   # 1 block, full: its next token needs a new one
+    output = h.schedule([("a", 0, 6, True), ("b", 0, 4, True)], _HINT_FIT)
+    h.update(output, [10, 11], [], "nothing stops yet.")
+    # a's 7th token fits its block; b needs a block, none is free, and b is the newest: it preempts itself.
+    output = h.schedule([("a", 6, 1, True)],
+                        "when the request that needs a block is itself the newest running request, it is the one "
+                        "preempted: it does not decode in this step.")
+    h.expect_status("b", RequestStatus.PREEMPTED, "b preempted itself: RUNNING -> PREEMPTED.")
+    preempted = _preempted_ids(output)
+    h.expect(preempted == ["b"], f"output.preempted should be ['b'], got {preempted}",
+             "append each preempted request to output.preempted.")
+    h.expect_free_blocks(1, "b's block went back to the pool.")
+    h.update(output, [12], [], "nothing stops yet.")
+    # b would need 2 blocks for its 5 tokens; 1 is free: it waits (in front of the queue).
+    h.schedule([("a", 7, 1, True)], "a preempted request is admitted again only when its blocks fit. " + _HINT_FIT)
+    h.expect_status("b", RequestStatus.PREEMPTED, "b waits for room in state PREEMPTED.")
 
 
 @dataclass(frozen=True)
@@ -551,12 +613,14 @@ SCHEDULER_SCENARIOS = {
     "token_budget": _Scenario(_scenario_token_budget, num_blocks=20, max_num_batched_tokens=10),
     "decodes_first": _Scenario(_scenario_decodes_first, num_blocks=10),
     "finish_frees_blocks": _Scenario(_scenario_finish_frees_blocks, num_blocks=3),
-    "stop_conditions": _Scenario(_scenario_stop_conditions, num_blocks=20, max_model_len=10),
+    "stop_conditions": _Scenario(_scenario_stop_conditions, num_blocks=20, max_num_seqs=5, max_model_len=10),
     "preemption": _Scenario(_scenario_preemption, num_blocks=4, max_num_seqs=3),
+    "preempts_itself": _Scenario(_scenario_preempts_itself, num_blocks=3),
 }
 """Hand-made situations for ``check_scheduler_scenario``, each with its right answer written out."""
 
 
+@recorded_check
 def check_scheduler_scenario(scheduler_cls: type, name: str) -> None:
     """Run one of ``SCHEDULER_SCENARIOS`` (block_size 4, the reference allocator) on the student's scheduler."""
     if name not in SCHEDULER_SCENARIOS:
@@ -585,6 +649,7 @@ def _expected_output(prompt: list[int], max_tokens: int) -> list[int]:
             return tokens[len(prompt):]
 
 
+@recorded_check
 def check_scheduler_random(scheduler_cls: type, seed: int, num_requests: int = 12) -> None:
     """A random workload to the end: limits hold at every step, everything finishes, nothing leaks.
 
@@ -606,7 +671,8 @@ def check_scheduler_random(scheduler_cls: type, seed: int, num_requests: int = 1
     requests = []
     for index, (prompt_len, max_tokens, arrival) in enumerate(workload):
         prompt = [1 + (index * 13 + j * 5) % 39 for j in range(prompt_len)]
-        requests.append((arrival, Request(index, prompt, FakeParams(max_tokens=max_tokens), eos_token_id=EOS)))
+        requests.append((arrival, make(Request, index, prompt, make(FakeParams, max_tokens=max_tokens),
+                                       eos_token_id=EOS)))
     step_limit = 4 * sum(p + m for p, m, _ in workload) * num_requests + 20
     step = 0
     while step < step_limit and (_call(scheduler.has_unfinished, "has_unfinished()", copy_args=False)
@@ -617,39 +683,40 @@ def check_scheduler_random(scheduler_cls: type, seed: int, num_requests: int = 1
         output = _call(scheduler.schedule, "schedule()", copy_args=False)
         where = f"step {step} of a {setup}"
         chunks = _chunk_summary(output)
+        num_batched_tokens = sum(num_tokens for _, _, num_tokens, _ in chunks)
         if not chunks and scheduler.has_unfinished():
             fail(f"schedule() planned nothing while requests are unfinished ({where})", show_values=False,
                  hint="the engine would stop here: some request must run every step (a pool that fits the largest "
                       "request alone always lets the oldest one in once the others are preempted or finished).")
-        if output.num_batched_tokens > budget:
+        if num_batched_tokens > budget:
             fail(f"the step runs more tokens than max_num_batched_tokens ({where})", expected=f"<= {budget}",
-                 got=output.num_batched_tokens, hint=_HINT_FIT)
+                 got=num_batched_tokens, hint=_HINT_FIT)
         if len(chunks) > max_num_seqs:
             fail(f"more than max_num_seqs requests ran in one step ({where})", expected=f"<= {max_num_seqs}",
                  got=len(chunks), hint=_HINT_FIT)
         if len({rid for rid, *_ in chunks}) != len(chunks):
             fail(f"a request appears twice in one step ({where})", expected="one chunk per request", got=chunks)
-        for chunk in output.chunks:
-            request = chunk.request
-            if request.status is not RequestStatus.RUNNING:
-                fail(f"request {request.request_id} is scheduled in state {request.status.name} ({where})",
-                     expected="RUNNING", got=request.status.name, hint="move a request to RUNNING when you admit it.")
-            if chunk.start != request.num_computed_tokens or chunk.start + chunk.num_tokens != request.num_tokens \
-                    or not chunk.samples:
-                fail(f"request {request.request_id}'s chunk does not run exactly its uncomputed tokens ({where})",
-                     expected=(request.request_id, request.num_computed_tokens,
-                               request.num_tokens - request.num_computed_tokens, True),
-                     got=(request.request_id, chunk.start, chunk.num_tokens, chunk.samples), hint=_HINT_DECODE)
-            if not allocator.has_sequence(request.request_id) or \
-                    allocator.num_slots(request.request_id) < request.num_tokens:
-                fail(f"request {request.request_id} runs without blocks for all its {request.num_tokens} tokens "
+        by_id = {request.request_id: request for _, request in requests}
+        for request_id, start, num_tokens, samples in chunks:
+            request = by_id[request_id]
+            status, num_computed, num_request_tokens = request.status, request.num_computed_tokens, request.num_tokens
+            if status is not RequestStatus.RUNNING:
+                fail(f"request {request_id} is scheduled in state {status.name} ({where})",
+                     expected="RUNNING", got=status.name, hint="move a request to RUNNING when you admit it.")
+            if start != num_computed or start + num_tokens != num_request_tokens or not samples:
+                fail(f"request {request_id}'s chunk does not run exactly its uncomputed tokens ({where})",
+                     expected=(request_id, num_computed, num_request_tokens - num_computed, True),
+                     got=(request_id, start, num_tokens, samples), hint=_HINT_DECODE)
+            if not allocator.has_sequence(request_id) or allocator.num_slots(request_id) < num_request_tokens:
+                fail(f"request {request_id} runs without blocks for all its {num_request_tokens} tokens "
                      f"({where})", show_values=False,
                      hint="allocate at admission, allocator.append_slot before every decode.")
-        tokens = [_fake_next_token(c.request.token_ids) for c in output.chunks if c.samples]
+        tokens = [_fake_next_token(list(by_id[request_id].token_ids)) for request_id, _, _, samples in chunks
+                  if samples]
         _call(scheduler.update, f"update(output, {tokens})", output, tokens, copy_args=False)
         held = {block for block, count in enumerate(allocator.ref_counts) if count > 0}
-        running = [r for _, r in requests if r.status is RequestStatus.RUNNING]
-        in_tables = {block for r in running for block in allocator.block_table(r.request_id)}
+        running = [r.request_id for _, r in requests if r.status is RequestStatus.RUNNING]
+        in_tables = {block for request_id in running for block in allocator.block_table(request_id)}
         if held != in_tables:
             fail(f"blocks are held by requests that are not running ({where})", expected=sorted(in_tables),
                  got=sorted(held), hint="free the blocks of every request that finishes or is preempted.")
@@ -657,11 +724,14 @@ def check_scheduler_random(scheduler_cls: type, seed: int, num_requests: int = 1
     if step >= step_limit:
         fail(f"the workload did not finish in {step_limit} steps: a {setup}", show_values=False,
              hint="a request starved or the scheduler stalls (is a preempted request ever admitted again?).")
-    for _, request in requests:
-        expected = _expected_output(request.prompt_token_ids, request.params.max_tokens)
-        if request.output_token_ids != expected or not request.is_finished:
+    for (prompt_len, max_tokens, _), (_, request) in zip(workload, requests):
+        token_ids = list(request.token_ids)
+        prompt, output_ids = token_ids[:prompt_len], token_ids[prompt_len:]
+        expected = _expected_output(prompt, max_tokens)
+        status = request.status
+        if output_ids != expected or not status.is_finished:
             fail(f"request {request.request_id} ended with the wrong tokens or unfinished ({setup})",
-                 expected=expected, got=(request.output_token_ids, request.status.name),
+                 expected=expected, got=(output_ids, status.name),
                  hint="append each sampled token once; a preempted request keeps its tokens; stop at eos or max_tokens.")
     if allocator.num_free_blocks != num_blocks:
         fail(f"blocks leaked: after every request finished ({setup})", expected=num_blocks,
@@ -673,23 +743,34 @@ def check_scheduler_random(scheduler_cls: type, seed: int, num_requests: int = 1
 # ---------------------------------------------------------------------------------------------
 
 
-def chat_prompts(tokenizer, questions: list[str]) -> list[str]:
+def chat_prompts(questions: list[str]) -> list[str]:
     """Each question as SmolLM2's chat prompt (system + user turn + the assistant header)."""
+    _, tokenizer = smollm2()
     return [tokenizer.apply_chat_template([{"role": "user", "content": q}]) for q in questions]
+
+
+def serving_engine(allocator: Any, scheduler: Any, sampler: Callable | None = None):
+    """``LLMEngine`` serving SmolLM2 with these parts (built with ``checks.make`` where the parts live)."""
+    from course_lib.engine import LLMEngine
+
+    model, tokenizer = smollm2()
+    return LLMEngine(model, tokenizer, allocator=allocator, scheduler=scheduler, sampler=sampler)
 
 
 _REFERENCE_OUTPUTS: dict[tuple, list[list[int]]] = {}
 
 
-def _reference_greedy(model, tokenizer, prompts: tuple[str, ...], max_tokens: int) -> list[list[int]]:
+def _reference_greedy(prompts: tuple[str, ...], max_tokens: int) -> list[list[int]]:
+    """The reference engine's greedy tokens for each prompt (cached: the hidden tests reuse them)."""
     from course_lib.engine import LLMEngine
     from course_lib.sampling import SamplingParams
 
-    key = (id(model), prompts, max_tokens)
+    key = (prompts, max_tokens)
     if key not in _REFERENCE_OUTPUTS:
+        model, tokenizer = smollm2()
         engine = LLMEngine(model, tokenizer, kv_cache_memory_bytes=64 * 2**20)
         outputs = engine.generate(list(prompts), SamplingParams(temperature=0.0, max_tokens=max_tokens), use_tqdm=False)
-        _REFERENCE_OUTPUTS[key] = [o.token_ids for o in outputs]
+        _REFERENCE_OUTPUTS[key] = [list(o.token_ids) for o in outputs]
     return _REFERENCE_OUTPUTS[key]
 
 
@@ -701,44 +782,48 @@ def _serve(engine, prompts: list[str], params, step_limit: int) -> list[list[int
     for _ in range(step_limit):
         if not engine.has_unfinished():
             return [tokens[request_id] for request_id in request_ids]
-        for output in engine.step():
-            tokens[output.request_id].extend(output.new_token_ids)
+        for output in list(engine.step()):
+            tokens[output.request_id].extend(list(output.new_token_ids))
     raise RuntimeError(f"requests were still unfinished after {step_limit} steps; does update append the sampled "
                        "tokens and finish requests at max_tokens?")
 
 
-def check_engine_matches_reference(allocator_cls: type, scheduler_cls: type, model, tokenizer, prompts: list[str], *,
+@recorded_check
+def check_engine_matches_reference(allocator_cls: type, scheduler_cls: type, questions: list[str], *,
                                    max_tokens: int = 12, num_blocks: int = 12, block_size: int = 16,
                                    max_num_seqs: int = 4, max_num_batched_tokens: int = 256,
-                                   require_preemption: bool = False):
-    """Serve ``prompts`` greedily through ``LLMEngine`` with the student's allocator and scheduler.
+                                   require_preemption: bool = False) -> None:
+    """Serve ``questions`` (as SmolLM2 chat prompts) greedily through ``LLMEngine`` with the student's
+    allocator and scheduler.
 
     Compares the generated token ids with the reference engine's, token for token, and checks that
-    every block is back in the pool at the end. Returns the student's engine (for its stats).
+    every block is back in the pool at the end (and, with ``require_preemption``, that the small pool
+    made the scheduler preempt).
     """
-    from course_lib.engine import LLMEngine
     from course_lib.sampling import SamplingParams
 
-    _require_own_class(allocator_cls, "BlockAllocator", ReferenceAllocator)
+    _require_own_class(allocator_cls, "BlockAllocator", BlockAllocator)
     _require_own_class(scheduler_cls, "the scheduler class", ReferenceScheduler)
+    prompts = chat_prompts(list(questions))
     allocator = _call(allocator_cls, f"BlockAllocator({num_blocks}, {block_size})", num_blocks, block_size)
-    config = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                             enable_chunked_prefill=False, max_model_len=model.config.max_position_embeddings)
+    config = make(SchedulerConfig, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                  enable_chunked_prefill=False, max_model_len=smollm2()[0].config.max_position_embeddings)
     scheduler = _call(scheduler_cls, "scheduler_cls(config, allocator)", config, allocator, copy_args=False)
-    engine = LLMEngine(model, tokenizer, allocator=allocator, scheduler=scheduler)
-    greedy = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    engine = make(serving_engine, allocator, scheduler)
+    greedy = make(SamplingParams, temperature=0.0, max_tokens=max_tokens)
     setup = (f"{len(prompts)} prompts, max_tokens={max_tokens}, {num_blocks} blocks of {block_size}, "
              f"max_num_seqs={max_num_seqs}")
     generated = _call(lambda: _serve(engine, prompts, greedy, step_limit=10 * len(prompts) * (max_tokens + 2)),
                       "LLMEngine(model, tokenizer, allocator=your allocator, scheduler=your scheduler) serving "
                       f"({setup})")
-    expected = _reference_greedy(model, tokenizer, tuple(prompts), max_tokens)
-    for index, (tokens, reference) in enumerate(zip(generated, expected)):
-        if tokens != reference:
-            where = next((i for i, (a, b) in enumerate(zip(tokens, reference)) if a != b),
-                         min(len(tokens), len(reference)))
+    expected = _reference_greedy_tokens(tuple(prompts), max_tokens)
+    num_preemptions = engine.stats.num_preemptions
+    for index, (tokens, reference_tokens) in enumerate(zip(generated, expected)):
+        if tokens != reference_tokens:
+            where = next((i for i, (a, b) in enumerate(zip(tokens, reference_tokens)) if a != b),
+                         min(len(tokens), len(reference_tokens)))
             fail(f"prompt {index}: your engine's greedy tokens differ from the reference engine's from token {where} "
-                 f"on ({setup}, {engine.stats.num_preemptions} preemptions)", expected=reference, got=tokens,
+                 f"on ({setup}, {num_preemptions} preemptions)", expected=reference_tokens, got=tokens,
                  hint="if the scheduler and allocator checks pass, look at the allocator's block tables and slots "
                       "(a token written into another request's block changes what that request sees), and at what a "
                       "preempted request runs when it comes back.")
@@ -746,7 +831,9 @@ def check_engine_matches_reference(allocator_cls: type, scheduler_cls: type, mod
     if free != num_blocks:
         fail(f"after every request finished, blocks are still held ({setup})", expected=num_blocks, got=free,
              hint="free a request's blocks when it finishes.")
-    if require_preemption and engine.stats.num_preemptions == 0:
+    if require_preemption and num_preemptions == 0:
         fail(f"no request was preempted although the pool is too small for all at once ({setup})",
              show_values=False, hint="a decode that finds no free block must preempt the newest running request.")
-    return engine
+
+
+_reference_greedy_tokens = reference(_reference_greedy)

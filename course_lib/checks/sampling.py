@@ -18,8 +18,10 @@ from typing import Any, Callable
 
 import torch
 
-from course_lib import sampling as reference
-from course_lib.checks import call_student, fail, register_reference_names, require_own_implementation
+from course_lib import sampling
+from course_lib.checks import call_student, fail, register_reference_names, require_own_implementation, smollm2
+from course_lib.checks._shared import expect_raises
+from course_lib.checks.fixtures import recorded_check, reference
 
 __all__ = [
     "check_apply_temperature",
@@ -37,6 +39,11 @@ register_reference_names("apply_temperature", "top_k_filter", "top_p_filter", "m
 # only forgives a multiplication by 1/T instead (one rounding more: relative error ~1e-7).
 TEMPERATURE_RTOL = 1e-6
 TEMPERATURE_ATOL = 1e-6
+
+_reference_apply_temperature = reference(sampling.apply_temperature)
+_reference_top_k_filter = reference(sampling.top_k_filter)
+_reference_top_p_filter = reference(sampling.top_p_filter)
+_reference_min_p_filter = reference(sampling.min_p_filter)
 
 
 def random_logits(seed: int, num_seqs: int = 3, vocab_size: int = 50, scale: float = 3.0) -> torch.Tensor:
@@ -56,8 +63,9 @@ def tied_logits() -> torch.Tensor:
 
 
 @torch.inference_mode()
-def next_token_logits(model, tokenizer, prompt: str) -> torch.Tensor:
-    """SmolLM2's logits for the token after ``prompt``: ``[1, vocab]`` fp32."""
+def next_token_logits(prompt: str) -> torch.Tensor:
+    """SmolLM2's logits for the token after ``prompt``: ``[1, vocab]`` fp32 (the model of ``checks.smollm2()``)."""
+    model, tokenizer = smollm2()
     ids = torch.tensor(tokenizer.encode(prompt), dtype=torch.long)
     return model(ids, logits_indices=torch.tensor([len(ids) - 1])).float()
 
@@ -107,25 +115,19 @@ def _compare_kept(name: str, call: str, logits: torch.Tensor, got: torch.Tensor,
              f"ids shown)", expected=kept_ids, got=got_ids, hint=hint)
 
 
+@recorded_check
 def check_apply_temperature(function: Callable, logits: torch.Tensor, temperature: float) -> None:
     """``apply_temperature(logits, T)`` is ``logits / T``; T <= 0 raises ValueError (greedy is handled elsewhere)."""
     call = f"apply_temperature(logits, {temperature!r})"
     if temperature <= 0:
         require_own_implementation(function, "apply_temperature")
-        try:
-            function(logits.clone(), temperature)
-        except ValueError:
-            return
-        except NotImplementedError:
-            raise
-        except Exception as error:  # noqa: BLE001
-            fail(f"{call} raised {type(error).__name__}", expected="ValueError", got=type(error).__name__,
-                 hint="check the argument first: if temperature <= 0: raise ValueError(...).")
-        fail(f"{call} should raise ValueError", expected="ValueError", got="no error",
-             hint="temperature 0 means greedy (the sampler takes the argmax and never calls this); "
-                  "dividing by 0 would give inf and NaN.")
+        expect_raises(function, call, ValueError, logits.clone(), temperature,
+                      hint="check the argument first: if temperature <= 0: raise ValueError(...). Temperature 0 "
+                           "means greedy (the sampler takes the argmax and never calls this); dividing by 0 would "
+                           "give inf and NaN.")
+        return
     got = _run(function, "apply_temperature", logits, temperature)
-    expected = reference.apply_temperature(logits, temperature)
+    expected = _reference_apply_temperature(logits, temperature)
     if not torch.allclose(got, expected, rtol=TEMPERATURE_RTOL, atol=TEMPERATURE_ATOL):
         worst = (got - expected).abs().max().item()
         fail(f"{call} differs from logits / temperature (largest difference {worst:.3g}; "
@@ -134,29 +136,32 @@ def check_apply_temperature(function: Callable, logits: torch.Tensor, temperatur
              hint="divide the logits by the temperature (T < 1 sharpens, T > 1 flattens); do not apply softmax here.")
 
 
+@recorded_check
 def check_top_k_filter(function: Callable, logits: torch.Tensor, top_k: int) -> None:
     """The k largest logits of each row survive (every token tied with the k-th too); 0 or k >= vocab: all."""
     got = _run(function, "top_k_filter", logits, top_k)
-    expected = reference.top_k_filter(logits, top_k)
+    expected = _reference_top_k_filter(logits, top_k)
     _compare_kept("top_k_filter", f"top_k_filter(logits, {top_k})", logits, got, expected,
                   "keep every token whose logit is >= the k-th largest logit of its row (ties at the k-th place all "
                   "stay); top_k = 0 or top_k >= vocab keeps the row unchanged (torch.topk needs k <= vocab).")
 
 
+@recorded_check
 def check_top_p_filter(function: Callable, logits: torch.Tensor, top_p: float) -> None:
     """The smallest set of most likely tokens whose probability reaches top_p survives; top_p = 1: all."""
     got = _run(function, "top_p_filter", logits, top_p)
-    expected = reference.top_p_filter(logits, top_p)
+    expected = _reference_top_p_filter(logits, top_p)
     _compare_kept("top_p_filter", f"top_p_filter(logits, {top_p})", logits, got, expected,
                   "sort the probabilities in decreasing order and keep a token while the probability of the tokens "
                   "BEFORE it is < top_p: the token that crosses top_p is kept, and the most likely token always is. "
                   "top_p = 1 keeps everything, even tokens of tiny probability.", ties_may_swap=True)
 
 
+@recorded_check
 def check_min_p_filter(function: Callable, logits: torch.Tensor, min_p: float) -> None:
     """Tokens with probability >= min_p * (largest probability) survive; min_p = 0: all."""
     got = _run(function, "min_p_filter", logits, min_p)
-    expected = reference.min_p_filter(logits, min_p)
+    expected = _reference_min_p_filter(logits, min_p)
     _compare_kept("min_p_filter", f"min_p_filter(logits, {min_p})", logits, got, expected,
                   "compare probabilities, not logits: keep p >= min_p * max(p) in each row (softmax first); the "
                   "most likely token always stays.")

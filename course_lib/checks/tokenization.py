@@ -8,6 +8,10 @@ choose the inputs, so hidden tests are simply calls with inputs the release neve
 
 The merges a student's trainer returns are ``{(left id, right id): new id}``, ids 0..255 being
 the byte values and merge k creating id 256 + k, exactly as in the reference.
+
+Inputs that need the reference to build (a vocabulary trained on some text, the ids of a text) are
+described by plain arguments (``trained_on=(text, vocab_size)``, ``text=``) and built inside the
+check, through ``reference(...)``, so a test cell never calls a reference itself.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import random
 from functools import lru_cache
 from typing import Callable
 
+from course_lib import memory
 from course_lib.checks import (
     call_student,
     fail,
@@ -24,7 +29,17 @@ from course_lib.checks import (
     require_own_implementation,
     short_repr,
 )
-from course_lib.tokenizer import NUM_BYTE_VALUES, BPETokenizer, get_pair_counts, merge_pair, train_bpe
+from course_lib.checks.fixtures import recorded_check, reference
+from course_lib.tokenizer import (
+    NUM_BYTE_VALUES,
+    build_vocab,
+    decode_with_merges,
+    encode_with_merges,
+    get_pair_counts,
+    merge_pair,
+    pretokenize,
+    train_bpe,
+)
 
 __all__ = [
     "BITS_PER_PRECISION",
@@ -49,13 +64,24 @@ __all__ = [
 # An answer that calls one of these is re-exporting the reference, not the student's own work.
 register_reference_names(
     "BPETokenizer", "get_pair_counts", "merge_pair", "train_bpe", "train_bpe_naive", "best_pair", "count_words",
-    "reference_merges", "reference_encode", "reference_vocab",
+    "reference_merges", "reference_encode", "reference_vocab", "build_vocab", "encode_with_merges",
+    "decode_with_merges",
 )
 
 # Bits per stored number for the precisions the course uses (chapter 2 reuses these names).
 BITS_PER_PRECISION = {"fp64": 64, "fp32": 32, "fp16": 16, "bf16": 16, "fp8": 8, "int8": 8, "int4": 4}
 
 Pair = tuple[int, int]
+
+# The reference side of every check (recorded for the student kit, see course_lib.checks.fixtures).
+_reference_get_pair_counts = reference(get_pair_counts)
+_reference_merge_pair = reference(merge_pair)
+_reference_train_bpe = reference(train_bpe)
+_reference_build_vocab = reference(build_vocab)
+_reference_encode = reference(encode_with_merges)
+_reference_decode = reference(decode_with_merges)
+_reference_bytes_per_element = reference(memory.bytes_per_element)
+_reference_embedding_bytes = reference(memory.embedding_bytes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -75,10 +101,7 @@ def _describe_merge(pair: Pair, new_id: int, vocab: dict[int, bytes]) -> str:
 
 def reference_vocab(merges: dict[Pair, int]) -> dict[int, bytes]:
     """Id -> bytes for the 256 byte values and every merge, built in rank order."""
-    vocab = {byte: bytes([byte]) for byte in range(NUM_BYTE_VALUES)}
-    for (left, right), new_id in sorted(merges.items(), key=lambda item: item[1]):
-        vocab[new_id] = vocab[left] + vocab[right]
-    return vocab
+    return _reference_build_vocab(dict(merges))
 
 
 def _partial_vocab(merges: list[tuple[Pair, int]]) -> dict[int, bytes]:
@@ -91,18 +114,23 @@ def _partial_vocab(merges: list[tuple[Pair, int]]) -> dict[int, bytes]:
 
 
 def reference_merges(text: str, vocab_size: int) -> dict[Pair, int]:
-    """The merges the reference trainer learns on ``text`` (test cells use it to make inputs)."""
-    return train_bpe(text, vocab_size)
+    """The merges the reference trainer learns on ``text``."""
+    return _reference_train_bpe(text, vocab_size)
 
 
 def reference_encode(text: str, merges: dict[Pair, int]) -> list[int]:
     """The reference tokenizer's ids for ``text`` under ``merges``."""
-    return _reference_tokenizer(merges).encode(text)
+    return _reference_encode(text, dict(merges))
 
 
-def _reference_tokenizer(merges: dict[Pair, int]) -> BPETokenizer:
-    vocab = reference_vocab(merges)
-    return BPETokenizer([vocab[token_id] for token_id in range(len(vocab))], merges)
+def _merges_for(merges: dict[Pair, int] | None, trained_on: tuple[str, int] | None) -> dict[Pair, int]:
+    """The merges a check works with: given as a dict, or ``trained_on=(text, vocab_size)``."""
+    if (merges is None) == (trained_on is None):
+        raise ValueError("pass exactly one of merges (a dict) and trained_on=(text, vocab_size)")
+    if merges is not None:
+        return {tuple(pair): new_id for pair, new_id in merges.items()}
+    text, vocab_size = trained_on
+    return reference_merges(text, vocab_size)
 
 
 def _first_difference(got: list, expected: list) -> int:
@@ -131,14 +159,15 @@ def random_text(seed: int, num_words: int, alphabet: str = "abcdeéñ猫🙂 ") 
 # ---------------------------------------------------------------------------------------------
 
 
+@recorded_check
 def check_get_pair_counts(student_get_pair_counts: Callable, ids: list[int]) -> None:
     """``student_get_pair_counts(ids)`` must equal the reference's pair counts, overlaps included."""
     require_own_implementation(student_get_pair_counts, "get_pair_counts")
     got = call_student(student_get_pair_counts, "get_pair_counts", list(ids))
-    expected = get_pair_counts(list(ids))
     if not isinstance(got, dict):
         fail(f"get_pair_counts({short_repr(ids)}) must return a dict {{(left, right): count}}",
              expected="dict", got=type(got).__name__)
+    expected = _reference_get_pair_counts(list(ids))
     if got == expected:
         return
     missing = [pair for pair in expected if got.get(pair) != expected[pair]]
@@ -155,6 +184,7 @@ def check_get_pair_counts(student_get_pair_counts: Callable, ids: list[int]) -> 
          hint=hint)
 
 
+@recorded_check
 def check_merge_pair(student_merge_pair: Callable, ids: list[int], pair: Pair, new_id: int) -> None:
     """``student_merge_pair(ids, pair, new_id)`` must equal the reference and leave ``ids`` unchanged."""
     require_own_implementation(student_merge_pair, "merge_pair")
@@ -163,13 +193,13 @@ def check_merge_pair(student_merge_pair: Callable, ids: list[int], pair: Pair, n
     got = call_student(student_merge_pair, f"merge_pair({short_repr(original)}, {pair}, {new_id})", given,
                        tuple(pair), new_id, copy_args=False, show_args=False,
                        hints={Exception: "check the index bounds: the last id has no right neighbour."})
-    expected = merge_pair(original, tuple(pair), new_id)
     if given != original:
         fail(f"merge_pair({short_repr(original)}, {pair}, {new_id}) changed its input list",
              expected=original, got=given, hint="build and return a new list; leave `ids` as it was.")
     if not isinstance(got, list):
         fail(f"merge_pair({short_repr(original)}, {pair}, {new_id}) must return a list",
              expected="list", got=type(got).__name__)
+    expected = _reference_merge_pair(original, tuple(pair), new_id)
     if got == expected:
         return
     if len(got) > len(expected) and got.count(new_id) > expected.count(new_id):
@@ -190,17 +220,18 @@ def check_merge_pair(student_merge_pair: Callable, ids: list[int], pair: Pair, n
 # ---------------------------------------------------------------------------------------------
 
 
+@recorded_check
 def check_train_bpe(student_train_bpe: Callable, text: str, vocab_size: int) -> None:
     """``student_train_bpe(text, vocab_size)`` must learn the reference's merges, ids and order."""
     require_own_implementation(student_train_bpe, "train_bpe")
     got = call_student(student_train_bpe, "train_bpe", text, vocab_size)
-    expected = train_bpe(text, vocab_size)
     call = f"train_bpe({short_repr(text)}, {vocab_size})"
     if not isinstance(got, dict):
         fail(f"{call} must return a dict {{(left id, right id): new id}}", expected="dict",
              got=type(got).__name__)
-    expected_items = list(expected.items())
     malformed = [(pair, new_id) for pair, new_id in got.items() if not _is_merge(pair, new_id)]
+    expected = reference_merges(text, vocab_size)
+    expected_items = list(expected.items())
     if malformed:
         fail(f"{call}: each entry must be (left id, right id) -> new id, all ints", expected=expected_items[:3],
              got=malformed[:3], hint="key: a tuple of the two ids merged; value: the id of the new token.")
@@ -258,14 +289,12 @@ def _is_merge(pair: object, new_id: object) -> bool:
 
 def _pair_counts_before_merge(text: str, merges_so_far: list[tuple[Pair, int]]) -> dict[Pair, int]:
     """Pair counts over the pre-tokenized words of ``text`` after applying ``merges_so_far``."""
-    from course_lib.tokenizer import pretokenize
-
     counts: dict[Pair, int] = {}
     for word in pretokenize(text):
         ids = list(word.encode("utf-8"))
         for pair, new_id in merges_so_far:
-            ids = merge_pair(ids, pair, new_id)
-        for pair, count in get_pair_counts(ids).items():
+            ids = _reference_merge_pair(ids, pair, new_id)
+        for pair, count in _reference_get_pair_counts(ids).items():
             counts[pair] = counts.get(pair, 0) + count
     return counts
 
@@ -275,14 +304,21 @@ def _pair_counts_before_merge(text: str, merges_so_far: list[tuple[Pair, int]]) 
 # ---------------------------------------------------------------------------------------------
 
 
-def check_encode(student_encode: Callable, text: str, merges: dict[Pair, int]) -> None:
-    """``student_encode(text, merges)`` must give the reference tokenizer's ids for ``text``."""
+@recorded_check
+def check_encode(student_encode: Callable, text: str, merges: dict[Pair, int] | None = None, *,
+                 trained_on: tuple[str, int] | None = None) -> None:
+    """``student_encode(text, merges)`` must give the reference tokenizer's ids for ``text``.
+
+    merges: the merges to encode with, or ``trained_on=(training text, vocab_size)`` to use the
+    reference trainer's.
+    """
     require_own_implementation(student_encode, "encode")
+    merges = _merges_for(merges, trained_on)
     got = call_student(student_encode, "encode", text, dict(merges))
-    expected = _reference_tokenizer(merges).encode(text)
     call = f"encode({short_repr(text)}, merges)"
     if not isinstance(got, list):
         fail(f"{call} must return a list of ints", expected="list", got=type(got).__name__)
+    expected = reference_encode(text, merges)
     if got == expected:
         return
     vocab = reference_vocab(merges)
@@ -311,13 +347,16 @@ def check_encode(student_encode: Callable, text: str, merges: dict[Pair, int]) -
 # ---------------------------------------------------------------------------------------------
 
 
-def check_build_vocab(student_build_vocab: Callable, merges: dict[Pair, int]) -> None:
+@recorded_check
+def check_build_vocab(student_build_vocab: Callable, merges: dict[Pair, int] | None = None, *,
+                      trained_on: tuple[str, int] | None = None) -> None:
     """``student_build_vocab(merges)`` must map every id (bytes and merges) to its bytes."""
     require_own_implementation(student_build_vocab, "build_vocab")
+    merges = _merges_for(merges, trained_on)
     got = call_student(student_build_vocab, "build_vocab", dict(merges))
-    expected = reference_vocab(merges)
     if not isinstance(got, dict):
         fail("build_vocab(merges) must return a dict {id: bytes}", expected="dict", got=type(got).__name__)
+    expected = reference_vocab(merges)
     if set(got) != set(expected):
         missing = sorted(set(expected) - set(got))
         extra = sorted(set(got) - set(expected))
@@ -336,15 +375,33 @@ def check_build_vocab(student_build_vocab: Callable, merges: dict[Pair, int]) ->
                  hint=hint)
 
 
-def check_decode(student_decode: Callable, ids: list[int], merges: dict[Pair, int]) -> None:
-    """``student_decode(ids, merges)`` must give the reference's text (U+FFFD for invalid UTF-8)."""
+@recorded_check
+def check_decode(student_decode: Callable, ids: list[int] | None = None, merges: dict[Pair, int] | None = None, *,
+                 text: str | None = None, random_ids: tuple[int, int] | None = None,
+                 trained_on: tuple[str, int] | None = None) -> None:
+    """``student_decode(ids, merges)`` must give the reference's text (U+FFFD for invalid UTF-8).
+
+    ids: the ids to decode; or ``text=`` to decode the reference's encoding of that text; or
+    ``random_ids=(seed, count)`` for ``count`` ids drawn from the whole vocabulary (often invalid UTF-8).
+    merges: a dict, or ``trained_on=(training text, vocab_size)``.
+    """
     require_own_implementation(student_decode, "decode")
+    merges = _merges_for(merges, trained_on)
+    if sum(given is not None for given in (ids, text, random_ids)) != 1:
+        raise ValueError("pass exactly one of ids, text and random_ids")
+    if text is not None:
+        ids = reference_encode(text, merges)
+    elif random_ids is not None:
+        seed, count = random_ids
+        rng = random.Random(seed)
+        ids = [rng.randrange(NUM_BYTE_VALUES + len(merges)) for _ in range(count)]
+    ids = list(ids)
     got = call_student(student_decode, "decode", list(ids), dict(merges))
-    expected = _reference_tokenizer(merges).decode(list(ids))
     call = f"decode({short_repr(ids)}, merges)"
     if not isinstance(got, str):
         fail(f"{call} must return a str", expected="str", got=type(got).__name__,
              hint="decode the joined bytes: data.decode('utf-8', errors='replace').")
+    expected = _reference_decode(list(ids), merges)
     if got == expected:
         return
     if got.count("\ufffd") > expected.count("\ufffd"):
@@ -363,10 +420,18 @@ def check_decode(student_decode: Callable, ids: list[int], merges: dict[Pair, in
 # ---------------------------------------------------------------------------------------------
 
 
+@recorded_check
 def check_embed(student_embed: Callable, token_ids, table) -> None:
-    """``student_embed(token_ids, table)`` must return ``table[token_ids]`` exactly: [seq_len, d_model]."""
+    """``student_embed(token_ids, table)`` must return ``table[token_ids]`` exactly: [seq_len, d_model].
+
+    table: a Tensor, or ``"smollm2"`` for SmolLM2's real table (read here, so a recording of the check
+    names it instead of holding 113 MB of floats)."""
     import torch
 
+    if isinstance(table, str):
+        if table != "smollm2":
+            raise ValueError(f"table must be a Tensor or 'smollm2', got {table!r}")
+        table = smollm2_embedding_table()
     require_own_implementation(student_embed, "embed")
     got = call_student(student_embed, "embed", token_ids, table)
     index = torch.as_tensor(token_ids, dtype=torch.long).reshape(-1)
@@ -390,11 +455,16 @@ def check_embed(student_embed: Callable, token_ids, table) -> None:
              hint="row i of the result is table[token_ids[i]], copied exactly (no scaling, no sorting).")
 
 
+@recorded_check
 def check_bytes_per_element(student_bytes_per_element: Callable, precision: str) -> None:
-    """``student_bytes_per_element(precision)`` must be bits / 8 (fractional for int4)."""
+    """``student_bytes_per_element(precision)`` must be bits / 8 (fractional for int4), and raise
+    ValueError (the documented type) for a precision outside the table."""
     require_own_implementation(student_bytes_per_element, "bytes_per_element")
+    if precision not in BITS_PER_PRECISION:
+        _expect_value_error(student_bytes_per_element, precision)
+        return
     got = call_student(student_bytes_per_element, "bytes_per_element", precision)
-    expected = BITS_PER_PRECISION[precision] / 8
+    expected = _reference_bytes_per_element(precision)
     try:
         ok = math.isclose(float(got), expected)
     except (TypeError, ValueError):
@@ -410,12 +480,34 @@ def check_bytes_per_element(student_bytes_per_element: Callable, precision: str)
     fail(f"bytes_per_element({precision!r})", expected=expected, got=got, hint=hint)
 
 
+def _expect_value_error(student_bytes_per_element: Callable, precision: str) -> None:
+    call = f"bytes_per_element({precision!r})"
+    try:
+        got = student_bytes_per_element(precision)
+    except NotImplementedError:
+        raise
+    except ValueError as error:
+        if precision not in str(error) and not any(name in str(error) for name in BITS_PER_PRECISION):
+            fail(f"{call} raised ValueError, but its message names neither the precision nor the allowed ones",
+                 expected=f"a message naming {precision!r} and the allowed precisions", got=str(error),
+                 hint="write the error for the reader: say what was given and what is allowed.")
+        return
+    except Exception as error:  # the wrong type: a caller catching ValueError would miss it
+        fail(f"{call} raised {type(error).__name__}; the docstring promises ValueError", expected="ValueError",
+             got=f"{type(error).__name__}: {error}",
+             hint="check the precision first and raise ValueError(...) yourself, rather than letting a dict "
+                  "lookup raise KeyError.")
+    fail(f"{call} returned instead of raising: {precision!r} is not a precision", expected="ValueError",
+         got=got, hint="raise ValueError naming the allowed precisions for anything not in the table.")
+
+
+@recorded_check
 def check_embedding_bytes(student_embedding_bytes: Callable, vocab_size: int, d_model: int,
                           bytes_per_element: float) -> None:
     """``student_embedding_bytes(vocab_size, d_model, bytes_per_element)`` = their product."""
     require_own_implementation(student_embedding_bytes, "embedding_bytes")
     got = call_student(student_embedding_bytes, "embedding_bytes", vocab_size, d_model, bytes_per_element)
-    expected = vocab_size * d_model * bytes_per_element
+    expected = _reference_embedding_bytes(vocab_size, d_model, bytes_per_element)
     try:
         ok = math.isclose(float(got), expected, rel_tol=1e-9)
     except (TypeError, ValueError):

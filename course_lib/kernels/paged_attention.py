@@ -91,7 +91,6 @@ import triton.language as tl
 
 from course_lib.exercises import exercise
 
-LAB = "lab03-kernels"
 # Triton decides at decoration time whether a kernel is compiled or interpreted (see
 # course_lib/kernels/__init__.py, which sets TRITON_INTERPRET on machines without CUDA).
 RUNS_ON_INTERPRETER = bool(triton.knobs.runtime.interpret)
@@ -396,7 +395,7 @@ def _check_kernel_device(device: torch.device) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-@exercise(LAB, "04_split_kv", "choose_num_splits")
+@exercise("lab03-kernels", "04_split_kv", "choose_num_splits")
 def choose_num_splits(num_seqs: int, num_kv_heads: int, max_context_len: int, num_sms: int) -> int:
     """How many splits of each sequence's KV to run in parallel (the rule behind num_splits=None).
 
@@ -420,7 +419,7 @@ def choose_num_splits(num_seqs: int, num_kv_heads: int, max_context_len: int, nu
     return max(1, min(wanted, useful, AUTO_MAX_SPLITS))
 
 
-@exercise(LAB, "03_paged_decode", "decode_attention_traffic")
+@exercise("lab03-kernels", "03_paged_decode", "decode_attention_traffic")
 def decode_attention_traffic(
     seq_lens, block_size: int, num_q_heads: int, num_kv_heads: int, head_dim: int, bytes_per_element: float
 ) -> tuple[float, float]:
@@ -464,7 +463,7 @@ def _num_sms(device: torch.device) -> int:
     return 1  # the interpreter runs one program at a time: nothing to fill
 
 
-@exercise(LAB, "04_split_kv", "split_kv_decode_attention")
+@exercise("lab03-kernels", "04_split_kv", "split_kv_decode_attention")
 def _allocate_partials(
     num_seqs: int, num_q_heads: int, num_splits: int, head_dim: int, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -496,7 +495,7 @@ def _padded(size: int) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-@exercise(LAB, "03_paged_decode", "paged_decode_attention")
+@exercise("lab03-kernels", "03_paged_decode", "paged_decode_attention")
 @triton.jit
 def _dot(a, b, DOT_IN_FP32: tl.constexpr):
     """Matrix product with fp32 accumulation (and full fp32 precision for fp32 inputs, not TF32).
@@ -511,7 +510,7 @@ def _dot(a, b, DOT_IN_FP32: tl.constexpr):
     return tl.dot(a, b, input_precision="ieee")
 
 
-@exercise(LAB, "03_paged_decode", "paged_decode_attention")
+@exercise("lab03-kernels", "03_paged_decode", "paged_decode_attention")
 @triton.jit
 def _paged_decode_kernel(
     out_ptr,  # [num_seqs, num_q_heads, head_dim], written when NUM_SPLITS == 1
@@ -634,7 +633,7 @@ def _paged_decode_kernel(
         tl.store(split_out_ptr + rows[:, None] * HEAD_DIM + dims[None, :], result, mask=q_mask)
 
 
-@exercise(LAB, "04_split_kv", "merge_splits")
+@exercise("lab03-kernels", "04_split_kv", "merge_splits")
 @triton.jit
 def _merge_splits_kernel(
     out_ptr,  # [num_seqs, num_q_heads, head_dim]
@@ -690,7 +689,7 @@ def _merge_splits_kernel(
     )
 
 
-@exercise(LAB, "04_split_kv", "store_kv")
+@exercise("lab03-kernels", "04_split_kv", "store_kv")
 @triton.jit
 def _store_kv_kernel(
     k_ptr,  # [num_tokens, num_kv_heads, head_dim]
@@ -738,7 +737,7 @@ def _store_kv_kernel(
 # --------------------------------------------------------------------------------------------
 
 
-@exercise(LAB, "03_paged_decode", "paged_decode_attention")
+@exercise("lab03-kernels", "03_paged_decode", "paged_decode_attention")
 def paged_decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -831,7 +830,7 @@ def paged_decode_attention(
     return out
 
 
-@exercise(LAB, "04_split_kv", "merge_splits")
+@exercise("lab03-kernels", "04_split_kv", "merge_splits")
 def merge_splits(
     split_out: torch.Tensor, split_lse: torch.Tensor, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -882,7 +881,7 @@ def merge_splits(
     return out
 
 
-@exercise(LAB, "04_split_kv", "store_kv")
+@exercise("lab03-kernels", "04_split_kv", "store_kv")
 def store_kv(
     k: torch.Tensor,
     v: torch.Tensor,

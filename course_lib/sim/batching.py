@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from course_lib.metrics import RequestMetrics
+from course_lib.exercises import exercise
 
 __all__ = [
     "BatchState",
@@ -267,6 +268,7 @@ def poisson_workload(
 # ---------------------------------------------------------------------------------------------
 
 
+@exercise("lab02-prefill-vs-decode", "04_batching", "static_batching")
 def static_policy(state: BatchState) -> list[SimRequest]:
     """Static batching: start a batch only when the previous one is gone, and only when it is full.
 
@@ -280,6 +282,7 @@ def static_policy(state: BatchState) -> list[SimRequest]:
     return []
 
 
+@exercise("lab02-prefill-vs-decode", "04_batching", "dynamic_batching")
 def dynamic_policy(state: BatchState, timeout_s: float) -> list[SimRequest]:
     """Dynamic batching: like static, but a batch also closes when its oldest request waited timeout_s.
 
@@ -294,12 +297,14 @@ def dynamic_policy(state: BatchState, timeout_s: float) -> list[SimRequest]:
     return []
 
 
+@exercise("lab02-prefill-vs-decode", "04_batching", "continuous_batching")
 def continuous_policy(state: BatchState) -> list[SimRequest]:
     """Continuous (iteration-level) batching: before every step, fill the free places in arrival order."""
     free = state.max_batch_size - len(state.running)
     return list(state.waiting[: max(free, 0)])
 
 
+@exercise("lab02-prefill-vs-decode", "04_batching", "priority_batching")
 def priority_policy(state: BatchState) -> list[SimRequest]:
     """Continuous batching that fills free places by priority (lower first), then arrival, then id."""
     free = state.max_batch_size - len(state.running)

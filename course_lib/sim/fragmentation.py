@@ -38,6 +38,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from course_lib.exercises import exercise
 from course_lib.paged import BlockAllocator
 
 __all__ = [
@@ -172,6 +173,7 @@ def first_fit(holes: Sequence[tuple[int, int]], size: int) -> int | None:
     return None
 
 
+@exercise("lab01-text-to-tensors", "03_kv_cache", "waste_breakdown")
 def waste_breakdown(reservations: Sequence[Reservation], pool_slots: int, request_slots: int) -> dict[str, int]:
     """Count every slot of a contiguous pool by what it is doing.
 
@@ -409,19 +411,21 @@ def paged_waste_bound(snapshot: PagedSnapshot, block_size: int) -> int:
     return len(snapshot.block_tables) * (block_size - 1)
 
 
-def summarize_waste(trace: SimTrace) -> dict[str, float]:
+def summarize_waste(trace: SimTrace, breakdown: Callable[..., dict[str, int]] | None = None) -> dict[str, float]:
     """Time-averaged share of the pool in each waste kind of a contiguous trace (fractions of pool_slots).
 
     A step counts external fragmentation only while a request waits (free memory nobody asks for
-    is simply free); its threshold is the reservation that request needs.
+    is simply free); its threshold is the reservation that request needs. ``breakdown`` counts one
+    state (``waste_breakdown``'s signature, the default): pass your own from Lab 0.1 chapter 3.
     """
+    breakdown = breakdown or waste_breakdown
     if trace.kind != "contiguous":
         raise ValueError(f"summarize_waste needs a contiguous trace, got a {trace.kind!r} one")
     totals = dict.fromkeys(WASTE_KINDS, 0)
     for snapshot in trace.snapshots:
         # With nobody waiting, a threshold of 1 slot makes every hole usable: no external waste.
         threshold = snapshot.next_request_slots or 1
-        for kind, slots in waste_breakdown(snapshot.reservations, trace.pool_slots, threshold).items():
+        for kind, slots in breakdown(list(snapshot.reservations), trace.pool_slots, threshold).items():
             totals[kind] += slots
     denominator = trace.pool_slots * max(1, len(trace.snapshots))
     return {kind: totals[kind] / denominator for kind in WASTE_KINDS}

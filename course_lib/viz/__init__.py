@@ -126,7 +126,7 @@ def _toy_bpe_trace(text: str, num_merges: int) -> list[tuple[tuple[int, int] | N
 
     Returns ``[(pair, ids), ...]``: first ``(None, byte ids)``, then one entry per merge with the
     merged pair and the ids after replacing it. The most frequent adjacent pair wins; ties go to
-    the pair seen first from the left. New ids are 256, 257, ... (the next free index).
+    the smallest pair, comparing (left, right) as tuples (Lab 0.1's rule). New ids are 256, 257, ...
     """
     ids = list(text.encode("utf-8"))
     trace: list[tuple[tuple[int, int] | None, list[int]]] = [(None, ids)]
@@ -136,7 +136,7 @@ def _toy_bpe_trace(text: str, num_merges: int) -> list[tuple[tuple[int, int] | N
             counts[pair] = counts.get(pair, 0) + 1
         if not counts or max(counts.values()) < 2:
             break
-        best = max(counts, key=counts.get)  # dicts keep insertion order: first seen wins ties
+        best = min(counts, key=lambda pair: (-counts[pair], pair))  # most frequent, then smallest
         merged, i = [], 0
         while i < len(ids):
             if i + 1 < len(ids) and (ids[i], ids[i + 1]) == best:

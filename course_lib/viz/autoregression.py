@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from course_lib.viz import BLUE, VERMILLION, _new_figure
 
-__all__ = ["generation_cost_plot", "step_and_total_time_plot"]
+__all__ = ["generation_cost_plot", "generation_time_explorer", "step_and_total_time_plot"]
 
 
 def _as_curve(name: str, values: Sequence[float], length: int) -> np.ndarray:
@@ -98,3 +98,44 @@ def step_and_total_time_plot(
     for ax in (ax_step, ax_total):
         ax.legend(fontsize=8)
     return fig
+
+
+def generation_time_explorer(measured_lengths: Sequence[int], step_seconds_without_cache: Sequence[float],
+                             step_seconds_with_cache: Sequence[float]):
+    """Sliders for the prompt length P and the tokens generated T: the total time, step by step.
+
+    The time of a step at any length is interpolated between the measured ones. Without a cache
+    pass k runs P + k - 1 tokens; with one, pass 1 is the prefill of P tokens (a step without a
+    cache at length P) and every later pass a decode step.
+    """
+    from course_lib.viz.widgets import FigureExplorer, int_slider
+
+    lengths = np.asarray(measured_lengths, dtype=float)
+    without = _as_curve("step_seconds_without_cache", step_seconds_without_cache, len(lengths))
+    with_cache = _as_curve("step_seconds_with_cache", step_seconds_with_cache, len(lengths))
+    longest = int(lengths.max())
+
+    def draw(prompt_len: int, new_tokens: int) -> Figure:
+        new_tokens = max(1, min(new_tokens, longest - prompt_len + 1))
+        passes = np.arange(1, new_tokens + 1)
+        context = prompt_len + passes - 1
+        step_without = np.interp(context, lengths, without)
+        step_with = np.interp(context, lengths, with_cache)
+        step_with[0] = np.interp(prompt_len, lengths, without)   # pass 1 is the prefill
+        total_without, total_with = np.cumsum(step_without), np.cumsum(step_with)
+        tokens_without = int(np.sum(context))
+        tokens_with = prompt_len + new_tokens - 1
+        fig, axes = _new_figure(width=8, height=3.6)
+        axes.plot(passes, total_without, color=VERMILLION, label="no cache")
+        axes.plot(passes, total_with, color=BLUE, label="KV cache")
+        axes.set_xlabel("tokens generated (T)")
+        axes.set_ylabel("total time (s), from measured steps")
+        axes.set_title(f"P = {prompt_len}, T = {new_tokens}: {total_without[-1] / total_with[-1]:.1f}x faster with the "
+                       f"cache; {tokens_without / tokens_with:.1f}x fewer tokens run", fontsize=10)
+        axes.legend(fontsize=8)
+        return fig
+
+    return FigureExplorer(draw, {
+        "prompt_len": int_slider("prompt tokens P", 1, max(1, longest // 2), min(8, longest // 2)),
+        "new_tokens": int_slider("tokens generated T", 1, longest, longest // 2),
+    }, name="generation time explorer")

@@ -16,7 +16,7 @@ from matplotlib.patches import Patch
 
 from course_lib.sim.batching import SimResult
 
-__all__ = ["latency_vs_throughput", "policy_timelines"]
+__all__ = ["latency_vs_throughput", "policy_timelines", "step_figure", "timeline_stepper"]
 
 PREFILL_COLOR = "#1f4e79"
 DECODE_COLOR = "#8fb8de"
@@ -112,3 +112,41 @@ def latency_vs_throughput(series: Mapping[str, Sequence[tuple[float, float, str]
     ax.grid(alpha=0.3)
     ax.legend()
     return figure
+
+
+def step_figure(result: SimResult, step: int, *, title: str = "", max_requests: int = 16) -> Figure:
+    """Every request up to the end of one step: waiting (light), running (dark); "now" as a line."""
+    step = max(0, min(step, len(result.steps) - 1))
+    now = result.steps[step].end
+    figure = Figure(figsize=(9, 0.28 * min(len(result.traces), max_requests) + 1.6), layout="constrained")
+    axes = figure.subplots()
+    for row, trace in enumerate(result.traces[:max_requests]):
+        if trace.arrival_time > now:
+            continue
+        started = trace.first_scheduled_time if trace.first_scheduled_time is not None else now
+        axes.barh(row, min(started, now) - trace.arrival_time, left=trace.arrival_time, color=DECODE_COLOR,
+                  alpha=0.5, label="waiting" if row == 0 else None)
+        if started < now:
+            finished = trace.token_times[-1] if trace.token_times else now
+            axes.barh(row, min(finished, now) - started, left=started, color=PREFILL_COLOR,
+                      label="in the batch" if row == 0 else None)
+    axes.axvline(now, color=ARRIVAL_COLOR, linewidth=1)
+    record = result.steps[step]
+    axes.set(xlabel="time (s)", ylabel="request", ylim=(min(len(result.traces), max_requests) - 0.5, -0.5),
+             xlim=(0, max(t.token_times[-1] for t in result.traces if t.token_times) * 1.02))
+    axes.set_title(f"{title}step {step}: {len(record.prefill_ids)} prefills, {len(record.decode_ids)} decodes "
+                   f"(batch {record.batch_size} of {result.max_batch_size})", fontsize=10)
+    axes.legend(fontsize=8, loc="lower right")
+    return figure
+
+
+def timeline_stepper(results: Mapping[str, SimResult]):
+    """A policy dropdown and a step slider: who waits and who runs at every step of each simulation."""
+    from course_lib.viz.widgets import FigureExplorer, choice, int_slider
+
+    names = list(results)
+    most_steps = max(len(result.steps) for result in results.values())
+    return FigureExplorer(lambda policy, step: step_figure(results[policy], step, title=f"{policy}: "), {
+        "policy": choice("policy", names, names[0]),
+        "step": int_slider("step", 0, most_steps - 1, min(10, most_steps - 1)),
+    }, name="scheduler timeline")

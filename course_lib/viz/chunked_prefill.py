@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 
+import numpy as np
 from matplotlib.figure import Figure
 
-from course_lib.metrics import percentile
 from course_lib.viz import BLUE, GREY, ORANGE, PALETTE, VERMILLION
 
-__all__ = ["batch_composition", "token_gaps"]
+__all__ = ["batch_composition", "budget_explorer", "token_gaps"]
 
 
 def _figure(ncols: int, width: float, height: float):
@@ -75,7 +75,7 @@ def token_gaps(gaps_ms_by_policy: Mapping[str, Sequence[float]],
     for number, (policy, gaps) in enumerate(gaps_ms_by_policy.items()):
         colour = colours[number % len(colours)]
         left.plot(range(len(gaps)), list(gaps), marker=".", linewidth=0.8, color=colour, label=policy)
-        values = [percentile(list(gaps), 50), percentile(list(gaps), 99), max(gaps)]
+        values = [float(np.percentile(list(gaps), 50)), float(np.percentile(list(gaps), 99)), max(gaps)]
         positions = [index + (number - (len(gaps_ms_by_policy) - 1) / 2) * width for index in range(len(stats))]
         bars = right.bar(positions, values, width=width, color=colour, label=policy)
         right.bar_label(bars, fmt="%.0f", fontsize=8)
@@ -89,3 +89,22 @@ def token_gaps(gaps_ms_by_policy: Mapping[str, Sequence[float]],
     right.set_title("Tail of the gaps", fontsize=10)
     right.legend(fontsize=8)
     return fig
+
+
+def budget_explorer(run_steps, budgets: Sequence[int] = (8, 12, 16, 24, 32, 64)):
+    """A token-budget slider and a chunking switch: the batches ``run_steps(budget, chunked)`` builds.
+
+    run_steps: returns (per step the (request_id, num_tokens) batch, per step the decode ids),
+    e.g. the notebook's replay of your ``build_batch``.
+    """
+    from course_lib.viz.widgets import FigureExplorer, choice
+
+    def draw(token_budget: int, chunked: str) -> Figure:
+        batches, decodes = run_steps(token_budget, chunked == "chunked")
+        return batch_composition(batches, decodes, token_budget,
+                                 title=f"budget {token_budget}, {chunked}: {len(batches)} steps shown")
+
+    return FigureExplorer(draw, {
+        "token_budget": choice("token budget", list(budgets), budgets[2] if len(budgets) > 2 else budgets[0]),
+        "chunked": choice("prompts", ["chunked", "whole"], "chunked"),
+    }, name="batch budget explorer")

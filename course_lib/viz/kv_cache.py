@@ -14,7 +14,7 @@ from matplotlib.patches import Patch
 
 from course_lib.sim.fragmentation import WASTE_KINDS, Reservation, SimTrace, free_holes, summarize_waste, waste_breakdown
 
-__all__ = ["WASTE_COLOURS", "cache_vs_recompute", "contiguous_pool", "kv_cache_growth", "waste_over_time"]
+__all__ = ["WASTE_COLOURS", "cache_vs_recompute", "contiguous_explorer", "contiguous_pool", "kv_cache_growth", "waste_over_time"]
 
 GIB = 2**30
 
@@ -87,7 +87,10 @@ def cache_vs_recompute(num_new_tokens: Sequence[int], seconds_with_cache: Sequen
 
 def contiguous_pool(reservations: Sequence[Reservation], pool_slots: int, request_slots: int,
                     *, title: str | None = None) -> Figure:
-    """The pool as one strip of slots, coloured by what each slot does (one reservation per box)."""
+    """The pool as one strip of slots, coloured by what each slot does (one reservation per box).
+
+    A reservation may also be a ``(request_id, start, size, num_tokens, final_len)`` tuple."""
+    reservations = [r if isinstance(r, Reservation) else Reservation(*r) for r in reservations]
     figure = Figure(figsize=(11, 2.8), layout="constrained")
     axes = figure.subplots()
     for r in reservations:
@@ -102,24 +105,27 @@ def contiguous_pool(reservations: Sequence[Reservation], pool_slots: int, reques
     for start, length in free_holes(reservations, pool_slots):
         kind = "external" if length < request_slots else "free"
         axes.barh(0, length, left=start, color=WASTE_COLOURS[kind], height=0.8, hatch="//" if kind == "external" else None)
-    counts = waste_breakdown(reservations, pool_slots, request_slots)
+    used = sum(r.num_tokens for r in reservations)
     axes.set(xlim=(0, pool_slots), yticks=[], xlabel="slot (one token's K and V in every layer)",
-             title=title or f"Contiguous pool of {pool_slots} slots: {counts['used']} hold a token "
-                            f"({counts['used'] / pool_slots:.0%})")
+             title=title or f"Contiguous pool of {pool_slots} slots: {used} hold a token ({used / pool_slots:.0%})")
     figure.legend(handles=[Patch(facecolor=WASTE_COLOURS[k], edgecolor="#bdbdbd", label=WASTE_LABELS[k],
                                  hatch="//" if k == "external" else None) for k in WASTE_KINDS],
                   loc="outside lower center", ncol=3, fontsize=8, frameon=False)
     return figure
 
 
-def waste_over_time(trace: SimTrace) -> Figure:
-    """Stacked shares of the pool per step of a contiguous simulation, and the time-averaged totals."""
+def waste_over_time(trace: SimTrace, breakdown=None) -> Figure:
+    """Stacked shares of the pool per step of a contiguous simulation, and the time-averaged totals.
+
+    breakdown: counts one state (``waste_breakdown``'s signature); pass yours from the exercise.
+    """
+    breakdown = breakdown or waste_breakdown
     if trace.kind != "contiguous":
         raise ValueError(f"waste_over_time needs a contiguous trace, got a {trace.kind!r} one")
     steps = [snapshot.step for snapshot in trace.snapshots]
     shares = {kind: [] for kind in WASTE_KINDS}
     for snapshot in trace.snapshots:
-        counts = waste_breakdown(snapshot.reservations, trace.pool_slots, snapshot.next_request_slots or 1)
+        counts = dict(breakdown(list(snapshot.reservations), trace.pool_slots, snapshot.next_request_slots or 1))
         counts["free"] -= counts["external"]  # stack usable free and external separately
         for kind in WASTE_KINDS:
             shares[kind].append(counts[kind] / trace.pool_slots)
@@ -127,9 +133,35 @@ def waste_over_time(trace: SimTrace) -> Figure:
     axes = figure.subplots()
     axes.stackplot(steps, *[shares[kind] for kind in WASTE_KINDS], colors=[WASTE_COLOURS[k] for k in WASTE_KINDS],
                    labels=[WASTE_LABELS[k] for k in WASTE_KINDS])
-    summary = summarize_waste(trace)
+    summary = summarize_waste(trace, breakdown)
     held = summary["used"] + summary["reserved_unused"] + summary["internal"]
     axes.set(xlabel="step (one decode iteration)", ylabel="share of the pool", ylim=(0, 1), xlim=(0, steps[-1]),
              title=f"Contiguous reservation: on average {summary['used'] / held:.0%} of the reserved slots hold a token")
     axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     return figure
+
+
+def contiguous_explorer(trace: SimTrace, breakdown=None):
+    """A slider over the steps of a contiguous simulation: the pool, slot by slot, at that step.
+
+    breakdown: counts one state (``waste_breakdown``'s signature); pass yours from the exercise.
+    """
+    from course_lib.viz.widgets import FigureExplorer, int_slider
+
+    if trace.kind != "contiguous":
+        raise ValueError(f"contiguous_explorer needs a contiguous trace, got a {trace.kind!r} one")
+    breakdown = breakdown or waste_breakdown
+
+    def draw(step: int) -> Figure:
+        snapshot = trace.snapshots[step]
+        request_slots = snapshot.next_request_slots or 1
+        counts = breakdown(list(snapshot.reservations), trace.pool_slots, request_slots)
+        waiting = (f", the next request needs {snapshot.next_request_slots} in one piece"
+                   if snapshot.next_request_slots else ", nobody waits")
+        return contiguous_pool(snapshot.reservations, trace.pool_slots, request_slots, title=(
+            f"step {snapshot.step}: {counts['used']} of {trace.pool_slots} slots hold a token, "
+            f"{counts['external']} free but useless{waiting}"))
+
+    busiest = max(range(len(trace.snapshots)), key=lambda index: len(trace.snapshots[index].reservations))
+    return FigureExplorer(draw, {"step": int_slider("step", 0, len(trace.snapshots) - 1, busiest)},
+                          name="contiguous pool explorer")

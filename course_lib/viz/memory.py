@@ -7,7 +7,7 @@ unit GPU boxes are labelled in.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
@@ -15,7 +15,7 @@ from matplotlib.patches import Rectangle
 from course_lib.memory import GB, GPU_MEMORY_GB
 from course_lib.viz import BLUE, GREEN, GREY, LIGHT_GREY, ORANGE, PURPLE, SKY, VERMILLION, YELLOW, _new_figure
 
-__all__ = ["gpu_fit_grid", "memory_breakdown_bars"]
+__all__ = ["gpu_fit_grid", "memory_breakdown_bars", "memory_explorer"]
 
 # One colour per component, the same in every chart of the chapter.
 COMPONENT_COLOURS = {
@@ -106,3 +106,29 @@ def gpu_fit_grid(totals: Mapping[str, float], gpus: Mapping[str, float] | None =
 
 def _cell(column: int, row: int, colour: str):
     return Rectangle((column, row), 1, 1, facecolor=colour, edgecolor=LIGHT_GREY, linewidth=1.5)
+
+
+def memory_explorer(inference_memory: Callable[..., Mapping[str, float]],
+                    models: Mapping[str, tuple[object, int]],
+                    gpu_lines: Mapping[str, float] | None = None):
+    """Sliders for batch size and context length, dropdowns for the precisions: serving memory per model.
+
+    inference_memory: yours (``inference_memory(num_parameters, precision, config, batch_size, seq_len,
+    kv_precision)``). models: {name: (config, num_parameters)}.
+    """
+    from course_lib.viz.widgets import FigureExplorer, choice, int_slider
+
+    lines = dict(gpu_lines or {"L4": 24, "A100/H100": 80, "H200": 141})
+
+    def draw(batch_size: int, seq_len: int, precision: str, kv_precision: str) -> Figure:
+        bars = {name: dict(inference_memory(num_parameters, precision, config, batch_size, seq_len, kv_precision))
+                for name, (config, num_parameters) in models.items()}
+        return memory_breakdown_bars(bars, gpu_lines=lines, title=(
+            f"Serving {batch_size} requests of {seq_len:,} tokens: weights in {precision}, KV cache in {kv_precision}"))
+
+    return FigureExplorer(draw, {
+        "batch_size": int_slider("requests at once", 1, 256, 8),
+        "seq_len": choice("tokens per request", [512, 1024, 2048, 4096, 8192, 16384, 32768], 2048),
+        "precision": choice("weights", ["fp16", "int8", "int4"], "fp16"),
+        "kv_precision": choice("KV cache", ["fp16", "int8"], "fp16"),
+    }, name="serving memory explorer")

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from course_lib.roofline import Machine
 from course_lib.viz import BLUE, GREEN, GREY, ORANGE, PALETTE, PURPLE, SKY, VERMILLION, _new_figure
 
-__all__ = ["attention_versions_figure", "intensity_figure", "roofline_figure"]
+__all__ = ["attention_versions_figure", "intensity_figure", "roofline_explorer", "roofline_figure", "tile_figure", "tile_stepper"]
 
 
 def _flops_unit(peak_flops: float) -> tuple[float, str]:
@@ -148,3 +148,68 @@ def attention_versions_figure(
     ax_bytes.set_ylabel("memory traffic (MiB)")
     ax_bytes.set_title("Bytes moved to and from memory (model)")
     return fig
+
+
+def _tile_visits(q_len: int, kv_len: int, block_q: int, block_k: int, causal: bool) -> list[tuple[int, int]]:
+    """(query block, key block) in the order the tiled loop visits them, skipping tiles above the diagonal."""
+    visits = []
+    offset = kv_len - q_len
+    for q_block, q_start in enumerate(range(0, q_len, block_q)):
+        last_key = offset + min(q_start + block_q, q_len) - 1 if causal else kv_len - 1
+        for k_block, _ in enumerate(range(0, last_key + 1, block_k)):
+            visits.append((q_block, k_block))
+    return visits
+
+
+def tile_figure(q_len: int, kv_len: int, block_q: int, block_k: int, visit: int, *, causal: bool = True) -> Figure:
+    """The score matrix as tiles: those computed so far (light), the current one (orange), skipped ones (white)."""
+    from matplotlib.patches import Rectangle
+
+    visits = _tile_visits(q_len, kv_len, block_q, block_k, causal)
+    visit = max(0, min(visit, len(visits) - 1))
+    fig, axes = _new_figure(width=5.2, height=5.0)
+    for index, (q_block, k_block) in enumerate(visits[: visit + 1]):
+        colour = ORANGE if index == visit else SKY
+        axes.add_patch(Rectangle((k_block * block_k, q_block * block_q), min(block_k, kv_len - k_block * block_k),
+                                 min(block_q, q_len - q_block * block_q), facecolor=colour, edgecolor="white"))
+    if causal:
+        offset = kv_len - q_len
+        axes.plot([offset + 0.5, kv_len], [0.5, q_len], color=GREY, linewidth=1, label="causal diagonal")
+    axes.set(xlim=(0, kv_len), ylim=(q_len, 0), xlabel="key position", ylabel="query position")
+    q_block, k_block = visits[visit]
+    axes.set_title(f"tile {visit + 1} of {len(visits)}: queries block {q_block}, keys block {k_block}\n"
+                   f"scores held now: {block_q} x {block_k}, never all {q_len} x {kv_len}", fontsize=10)
+    return fig
+
+
+def tile_stepper(q_len: int = 256, kv_len: int = 256, block_q: int = 64, block_k: int = 64, *, causal: bool = True):
+    """A slider over the tiles a FlashAttention-style loop computes, in the order it computes them."""
+    from course_lib.viz.widgets import FigureExplorer, int_slider
+
+    num_visits = len(_tile_visits(q_len, kv_len, block_q, block_k, causal))
+    return FigureExplorer(lambda visit: tile_figure(q_len, kv_len, block_q, block_k, visit, causal=causal),
+                          {"visit": int_slider("tile", 0, num_visits - 1, min(4, num_visits - 1))},
+                          name="tile stepper")
+
+
+def roofline_explorer(machine: Machine, decode_step_cost, config, bytes_per_element: float = 2):
+    """Sliders for batch size and context length: where one decode step sits on ``machine``'s roofline.
+
+    decode_step_cost: yours (``decode_step_cost(config, batch_size, context_len, bytes_per_element)``
+    -> (flops, bytes)).
+    """
+    from course_lib.viz.widgets import FigureExplorer, choice
+
+    def draw(batch_size: int, context_len: int) -> Figure:
+        points = {}
+        for label, batch in ((f"decode, batch {batch_size}", batch_size), ("decode, batch 1", 1)):
+            flops, moved = decode_step_cost(config, batch, context_len, bytes_per_element)
+            points[label] = flops / moved
+        fig = roofline_figure([machine], points)
+        fig.suptitle(f"One decode step with {context_len:,} tokens of context per sequence", fontsize=10)
+        return fig
+
+    return FigureExplorer(draw, {
+        "batch_size": choice("batch size", [1, 4, 16, 64, 256, 1024], 64),
+        "context_len": choice("context (tokens)", [128, 1024, 4096, 16384], 1024),
+    }, name="roofline explorer")

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 
-__all__ = ["plot_filter_stages", "token_label"]
+__all__ = ["filter_explorer", "plot_filter_stages", "token_label"]
 
 
 def token_label(decode_token_bytes: Callable[[int], bytes], token_id: int) -> str:
@@ -55,3 +55,41 @@ def plot_filter_stages(stages: Sequence[tuple[str, torch.Tensor]], labels: Calla
     figure.suptitle(title)
     figure.tight_layout()
     return figure
+
+
+def filter_explorer(logits: torch.Tensor, labels: Callable[[int], str], apply_temperature: Callable,
+                    top_k_filter: Callable, top_p_filter: Callable, min_p_filter: Callable, *, top_n: int = 20):
+    """Sliders for temperature, top-k, top-p and min-p over one next-token distribution, through your filters.
+
+    logits: ``[1, vocab]``; labels: token id -> text. Shows the ``top_n`` most likely tokens of the raw
+    distribution: their probability after the filters (bars) and before them (outlines).
+    """
+    from course_lib.viz.widgets import FigureExplorer, float_slider, int_slider
+
+    raw = torch.softmax(logits[0].double(), dim=-1)
+    shown = torch.topk(raw, min(top_n, raw.numel())).indices.tolist()
+    names = [labels(token_id) for token_id in shown]
+
+    def draw(temperature: float, top_k: int, top_p: float, min_p: float) -> Figure:
+        filtered = min_p_filter(top_p_filter(top_k_filter(apply_temperature(logits.clone(), temperature), top_k),
+                                             top_p), min_p)
+        probs = torch.softmax(filtered[0].double(), dim=-1)
+        figure = Figure(figsize=(9, 3.6), layout="constrained")
+        axis = figure.subplots()
+        axis.bar(range(len(shown)), [float(raw[i]) for i in shown], fill=False, edgecolor="grey",
+                 label="raw (T = 1, no filter)")
+        axis.bar(range(len(shown)), [float(probs[i]) for i in shown], color="tab:blue", alpha=0.85,
+                 label="after your filters")
+        axis.set_xticks(range(len(shown)), names, rotation=45, ha="right", fontsize=8)
+        axis.set_ylabel("probability")
+        axis.legend(fontsize=8)
+        axis.set_title(f"T = {temperature:.2f}, top-k {top_k or 'off'}, top-p {top_p:.2f}, min-p {min_p:.2f}: "
+                       f"{int((probs > 0).sum()):,} tokens of {probs.numel():,} still possible", fontsize=10)
+        return figure
+
+    return FigureExplorer(draw, {
+        "temperature": float_slider("temperature", 0.1, 2.0, 1.0, 0.05),
+        "top_k": int_slider("top-k (0 = off)", 0, 100, 0),
+        "top_p": float_slider("top-p", 0.05, 1.0, 1.0, 0.05),
+        "min_p": float_slider("min-p", 0.0, 0.5, 0.0, 0.01),
+    }, name="sampling filter explorer")

@@ -3,14 +3,14 @@
 DESCRIPTION = (
     "generate passes positions = arange(len(input_ids)) on every forward call, so each new token is "
     "rotated by RoPE as if it were the first token of the sequence; the cache is right but the tokens "
-    "drift from the reference after a few steps. Loses both generate cells, expected 10/15"
+    "drift from the reference after a few steps. The check sees the positions of every forward call and names "
+    "them. Loses both generate cells, expected 10/15"
 )
 BASE = "solution"
 ANSWERS = {
     "generate": '''
-def generate(model, prompt_ids, max_new_tokens):
+def generate(model, config, prompt_ids, max_new_tokens):
     """Greedy decoding of one prompt through the model with a DecodeCache."""
-    config = model.config
     cache = DecodeCache(config.num_layers, len(prompt_ids) + max_new_tokens, config.num_kv_heads, config.head_dim)
     input_ids = torch.tensor(prompt_ids)
     generated = []

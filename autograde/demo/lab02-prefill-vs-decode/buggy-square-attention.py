@@ -3,7 +3,7 @@
 DESCRIPTION = (
     "generation_flops counts n * n attended keys for a pass over n tokens instead of n * (n + 1) / 2, as if "
     "attention had no causal mask; the weights term and the decode steps are right: loses "
-    "test_generation_flops (3 points), expected 6/9"
+    "test_generation_flops (3 points), expected 8/11"
 )
 BASE = "solution"
 ANSWERS = {
@@ -21,4 +21,4 @@ def generation_flops(config, num_parameters, prompt_len, new_tokens, use_cache):
     return total
 ''',
 }
-EXPECTED = {"01_autoregression": 6}
+EXPECTED = {"01_autoregression": 8}

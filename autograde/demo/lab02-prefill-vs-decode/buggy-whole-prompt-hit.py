@@ -3,7 +3,8 @@
 DESCRIPTION = (
     "longest_cached_prefix looks up all len(token_ids) // block_size full blocks, so a prompt that is "
     "entirely cached reports every token as cached and nothing would run to produce the first token's "
-    "logits: loses both longest_cached_prefix cells, expected 8/11"
+    "logits: loses both longest_cached_prefix cells, and the engine cell, where a prompt made of cached "
+    "blocks only makes the allocator refuse the hit: expected 10/16"
 )
 BASE = "solution"
 ANSWERS = {
@@ -18,4 +19,4 @@ def longest_cached_prefix(token_ids, cache, block_size):
     return num_hit_blocks * block_size
 ''',
 }
-EXPECTED = {"05_beyond_the_basics": 8}
+EXPECTED = {"05_beyond_the_basics": 10}
