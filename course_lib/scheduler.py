@@ -20,6 +20,12 @@ Each ``schedule()`` spends a token budget (``max_num_batched_tokens``):
 ``update(output, sampled_token_ids)`` is the bookkeeping after the model ran: advance
 ``num_computed_tokens``, append the sampled tokens, finish requests that hit a stop condition,
 and free their blocks.
+
+Speculative decoding (``course_lib.speculative``) adds three small things: with
+``num_lookahead_slots = k`` a decode also reserves up to k more slots (for drafted tokens, within the
+token budget and only while free blocks allow, never by preempting); a chunk may carry
+``draft_token_ids`` that run after its last token; and ``update`` accepts a ``VerifiedTokens`` for
+such a chunk (several tokens at once, and slots to give back through ``release_slots``).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ __all__ = [
     "SchedulerConfig",
     "SchedulerOutput",
     "SchedulerProtocol",
+    "VerifiedTokens",
 ]
 
 
@@ -159,12 +166,36 @@ class ScheduledChunk:
 
     samples: True when the chunk reaches the request's last token, so the step samples a new token
     for it (always for a decode; for a prefill only its last chunk).
+    num_lookahead_slots: slots reserved after a decode's token for drafted tokens (speculative decoding).
+    draft_token_ids: drafted tokens that run after the request's last token: the chunk then covers
+    positions start .. start + len(draft_token_ids) and every one of its rows gets logits.
     """
 
     request: Request
     start: int
     num_tokens: int
     samples: bool
+    num_lookahead_slots: int = 0
+    draft_token_ids: tuple[int, ...] = ()
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The tokens this chunk runs: the request's own, then its drafts."""
+        end = self.start + self.num_tokens
+        if not self.draft_token_ids:
+            return self.request.token_ids[self.start : end]
+        return (self.request.token_ids + list(self.draft_token_ids))[self.start : end]
+
+
+@dataclass(frozen=True)
+class VerifiedTokens:
+    """What a speculative chunk produced, for ``Scheduler.update``: tokens to append (kept drafts and
+    one more), how many leading tokens now have their KV computed, and how many of the chunk's slots
+    held rejected drafts and go back to the pool."""
+
+    token_ids: list[int]
+    num_computed_tokens: int
+    num_slots_to_free: int
 
 
 @dataclass
@@ -237,6 +268,7 @@ class SchedulerConfig:
     policy: "fcfs" (first come, first served) or "priority" (lower ``Request.priority`` first,
     then arrival order; preemption then picks the lowest priority running request).
     max_model_len: the context length; a request stops ("length") when it reaches it.
+    num_lookahead_slots: extra slots a decode reserves for drafted tokens (speculative decoding; 0: off).
     """
 
     max_num_seqs: int = 32
@@ -244,6 +276,7 @@ class SchedulerConfig:
     enable_chunked_prefill: bool = True
     policy: str = "fcfs"
     max_model_len: int = 8192
+    num_lookahead_slots: int = 0
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
@@ -259,6 +292,9 @@ class SchedulerConfig:
             raise ValueError(f"policy must be one of {_POLICIES}, got {self.policy!r}")
         if not isinstance(self.enable_chunked_prefill, bool):
             raise TypeError(f"enable_chunked_prefill must be a bool, got {self.enable_chunked_prefill!r}")
+        lookahead = self.num_lookahead_slots
+        if not isinstance(lookahead, int) or isinstance(lookahead, bool) or lookahead < 0:
+            raise ValueError(f"num_lookahead_slots must be an integer >= 0, got {lookahead!r}")
 
 
 class Scheduler:
@@ -328,15 +364,19 @@ class Scheduler:
 
         # 1. Decodes (the token sampled last step). Iterate by index: preemption removes from the back.
         decoding: set[Any] = set()
+        # Budget left for lookahead slots once every decode has its one token.
+        spare = budget - sum(1 for r in self.running if r.num_tokens > self._num_slots[r.request_id])
         index = 0
         while index < len(self.running):
             request = self.running[index]
             if request.num_tokens > self._num_slots[request.request_id]:
                 if not self._reserve_decode_slot(request, output):
                     break  # the request preempted itself: everything after it is gone too
-                output.chunks.append(ScheduledChunk(request, request.num_computed_tokens, 1, True))
+                lookahead = self._reserve_lookahead_slots(request, output, max(spare, 0))
+                spare -= lookahead
+                output.chunks.append(ScheduledChunk(request, request.num_computed_tokens, 1, True, lookahead))
                 decoding.add(request.request_id)
-                budget -= 1
+                budget -= 1 + lookahead
             index += 1
 
         # 2. Prefills in progress (their blocks were reserved at admission).
@@ -376,6 +416,10 @@ class Scheduler:
             token_id = next(sampled) if chunk.samples else None
             if request.status is not RequestStatus.RUNNING:
                 continue  # finished from outside (aborted) since it was scheduled
+            if isinstance(token_id, VerifiedTokens):
+                if self._commit_verified(request, token_id):
+                    finished.append(request)
+                continue
             request.num_computed_tokens = chunk.start + chunk.num_tokens
             if token_id is not None:
                 request.token_ids.append(int(token_id))
@@ -386,6 +430,19 @@ class Scheduler:
                     self._finish(request, stop)
                     finished.append(request)
         return finished
+
+    def release_slots(self, request: Request, num_slots: int) -> None:
+        """Give back the request's last ``num_slots`` reserved slots (unused lookahead, rejected drafts)."""
+        if not isinstance(num_slots, int) or num_slots < 0:
+            raise ValueError(f"num_slots must be an integer >= 0, got {num_slots!r}")
+        if request.status is not RequestStatus.RUNNING or not num_slots:
+            return
+        held = self._num_slots[request.request_id]
+        if held - num_slots < request.num_computed_tokens:
+            raise ValueError(f"request {request.request_id!r}: releasing {num_slots} of its {held} slots would drop "
+                             f"the KV of computed tokens (it has {request.num_computed_tokens})")
+        self.allocator.release_slots(request.request_id, num_slots)
+        self._num_slots[request.request_id] = held - num_slots
 
     def finish_request(self, request_id: Any, status: RequestStatus) -> Request | None:
         """Finish a waiting or running request now (abort, stop string); free its blocks."""
@@ -418,6 +475,45 @@ class Scheduler:
         if copy is not None:
             output.blocks_to_copy.append(copy)
         return True
+
+    def _reserve_lookahead_slots(self, request: Request, output: SchedulerOutput, spare: int) -> int:
+        """Reserve up to ``num_lookahead_slots`` more slots after a decode's token, for drafts.
+
+        Never more than the request could still use (a round emits at most drafts + 1 tokens, within
+        max_tokens and the context length) or than the budget's ``spare`` tokens, and never by
+        preempting: under memory pressure speculation simply drafts less.
+        """
+        wanted = min(
+            self.config.num_lookahead_slots,
+            spare,
+            request.params.max_tokens - request.num_output_tokens - 1,
+            self.config.max_model_len - request.num_tokens - 1,
+        )
+        reserved = 0
+        while reserved < wanted and self.allocator.can_append(request.request_id):
+            copy = self.allocator.append_slot(request.request_id)
+            if copy is not None:
+                output.blocks_to_copy.append(copy)
+            reserved += 1
+        self._num_slots[request.request_id] += reserved
+        return reserved
+
+    def _commit_verified(self, request: Request, verified: VerifiedTokens) -> bool:
+        """Apply one speculative chunk's result; returns True if the request finished.
+
+        Tokens are appended one at a time with the usual stop checks, so a draft after eos or past
+        max_tokens never enters the sequence. The slots of rejected drafts go back to the pool.
+        """
+        request.num_computed_tokens = verified.num_computed_tokens
+        for token_id in verified.token_ids:
+            request.token_ids.append(int(token_id))
+            stop = request.stop_status(self.config.max_model_len)
+            if stop is not None:
+                self._finish(request, stop)
+                return True
+        self.release_slots(request, verified.num_slots_to_free)
+        self.allocator.mark_computed(request.request_id, request.token_ids, request.num_computed_tokens)
+        return False
 
     def _preempt(self, request: Request, output: SchedulerOutput) -> None:
         """Preemption by recompute: drop the KV, keep the tokens, requeue at the front."""
