@@ -57,6 +57,7 @@ __all__ = [
     "dequantize_kv_int8",
     "dequantize_q4_1",
     "dequantize_q8_0",
+    "decode_step_bytes",
     "fused_kernel_available",
     "greedy_agreement",
     "model_nbytes",
@@ -317,6 +318,35 @@ def perplexity(model, token_ids: Sequence[int], window: int = 256) -> float:
             total_nll += float(nll)
             num_predicted += len(chunk) - 1
     return math.exp(total_nll / num_predicted)
+
+
+@exercise(LAB, COSTS_CHAPTER, "decode_step_bytes")
+def decode_step_bytes(config, layer_bits_per_weight: float, batch_size: int, context_len: int, *,
+                      lm_head_bits_per_weight: float = 32, kv_bits_per_value: float = 32) -> float:
+    """Bytes one decode step must read from memory: weights once, and every sequence's KV cache.
+
+    config: a ``ModelConfig``. The decoder layers' linear weights (q, k, v, o, gate, up, down of every
+    layer) take ``layer_bits_per_weight`` bits each, scales included (32 for fp32; 8 + 32 / in_features
+    for int8 with an fp32 scale per row; 4 + 32 / 32 = 5 for int4 with an fp32 scale per 32 weights).
+    The output layer (vocab x hidden) takes ``lm_head_bits_per_weight``. Each of the ``batch_size``
+    sequences reads K and V of ``context_len`` tokens: 2 x layers x kv_heads x head_dim values of
+    ``kv_bits_per_value`` bits per token. Activations and norms are left out (tiny).
+    """
+    for name, value in (("batch_size", batch_size), ("context_len", context_len)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+    for name, value in (("layer_bits_per_weight", layer_bits_per_weight),
+                        ("lm_head_bits_per_weight", lm_head_bits_per_weight), ("kv_bits_per_value", kv_bits_per_value)):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+    hidden, head_dim = config.hidden_size, config.head_dim
+    q_size, kv_size = config.num_q_heads * head_dim, config.num_kv_heads * head_dim
+    per_layer = hidden * q_size + 2 * hidden * kv_size + q_size * hidden + 3 * hidden * config.intermediate_size
+    weight_bits = config.num_layers * per_layer * layer_bits_per_weight
+    weight_bits += config.vocab_size * hidden * lm_head_bits_per_weight
+    kv_values_per_token = 2 * config.num_layers * kv_size
+    kv_bits = batch_size * context_len * kv_values_per_token * kv_bits_per_value
+    return (weight_bits + kv_bits) / 8
 
 
 @exercise(LAB, COSTS_CHAPTER, "kv_int8")

@@ -52,6 +52,7 @@ __all__ = [
     "chi_square_p_value",
     "chi_square_statistic",
     "commit_verified",
+    "crossover_batch_size",
     "expected_tokens_per_step",
     "greedy_verify",
     "ngram_draft",
@@ -434,6 +435,31 @@ def commit_verified(num_computed_tokens: int, draft_token_ids: Sequence[int], nu
         raise ValueError(f"num_accepted must be an integer in [0, {num_drafts}], got {num_accepted!r}")
     new_token_ids = [int(token) for token in draft_token_ids[:num_accepted]] + [int(next_token_id)]
     return new_token_ids, num_computed_tokens + 1 + num_accepted, num_drafts - num_accepted
+
+
+@exercise(LAB, ENGINE_CHAPTER, "crossover_batch_size")
+def crossover_batch_size(batch_sizes: Sequence[int], plain_tokens_per_s: Sequence[float],
+                         speculative_tokens_per_s: Sequence[float]) -> float | None:
+    """The batch size at which speculation stops paying, from measurements at increasing batch sizes.
+
+    speedup_i = speculative_tokens_per_s[i] / plain_tokens_per_s[i]. Finds the first i with
+    speedup_i > 1 and speedup_{i+1} <= 1 and returns the batch size where the straight line between
+    (batch_sizes[i], speedup_i) and (batch_sizes[i+1], speedup_{i+1}) reaches 1. None if there is no
+    such crossing (speculation pays at every batch size measured, or never pays at the first one).
+    """
+    sizes = [float(b) for b in batch_sizes]
+    if not len(sizes) == len(plain_tokens_per_s) == len(speculative_tokens_per_s) or len(sizes) < 2:
+        raise ValueError("batch_sizes, plain_tokens_per_s and speculative_tokens_per_s must have the same length >= 2")
+    if any(b2 <= b1 for b1, b2 in zip(sizes, sizes[1:])):
+        raise ValueError(f"batch_sizes must increase, got {list(batch_sizes)}")
+    if any(float(t) <= 0 for t in plain_tokens_per_s):
+        raise ValueError("plain_tokens_per_s must be > 0")
+    speedups = [float(s) / float(p) for s, p in zip(speculative_tokens_per_s, plain_tokens_per_s)]
+    for i in range(len(sizes) - 1):
+        if speedups[i] > 1 >= speedups[i + 1]:
+            fraction = (speedups[i] - 1) / (speedups[i] - speedups[i + 1])
+            return sizes[i] + fraction * (sizes[i + 1] - sizes[i])
+    return None
 
 
 @dataclass(frozen=True)
