@@ -458,6 +458,8 @@ def check_commit_in_engine(student_fn: Callable, model_name: str = "tiny", num_r
                 for output in engine.step():
                     outputs.setdefault(output.request_id, []).extend(output.new_token_ids)
                 for request in engine.scheduler.running:
+                    if request.num_computed_tokens < request.num_tokens - 1:
+                        continue  # a prompt still in chunked prefill holds slots for all its tokens
                     held = engine.allocator.num_slots(request.request_id)
                     if held != request.num_tokens - 1:
                         fail(f"after a speculative step request {request.request_id!r} holds {held} KV slots for "
