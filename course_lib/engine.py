@@ -302,8 +302,8 @@ class LLMEngine:
         block_tables = [self.allocator.block_table(chunk.request.request_id) for chunk in plan.chunks]
         if self.speculator is not None:
             plan.chunks = self.speculator.propose(plan.chunks, block_tables, self.scheduler)
-            if any(chunk.draft_token_ids for chunk in plan.chunks):  # rejected drafts' slots may be gone
-                block_tables = [self.allocator.block_table(chunk.request.request_id) for chunk in plan.chunks]
+            # Unused lookahead slots went back to the pool: read the tables again.
+            block_tables = [self.allocator.block_table(chunk.request.request_id) for chunk in plan.chunks]
         logits = self.runner.run(plan.chunks, block_tables)
         sampling_chunks = [chunk for chunk in plan.chunks if chunk.samples]
         requests = [chunk.request for chunk in sampling_chunks]

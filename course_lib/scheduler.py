@@ -364,20 +364,23 @@ class Scheduler:
 
         # 1. Decodes (the token sampled last step). Iterate by index: preemption removes from the back.
         decoding: set[Any] = set()
-        # Budget left for lookahead slots once every decode has its one token.
-        spare = budget - sum(1 for r in self.running if r.num_tokens > self._num_slots[r.request_id])
         index = 0
         while index < len(self.running):
             request = self.running[index]
             if request.num_tokens > self._num_slots[request.request_id]:
                 if not self._reserve_decode_slot(request, output):
                     break  # the request preempted itself: everything after it is gone too
-                lookahead = self._reserve_lookahead_slots(request, output, max(spare, 0))
-                spare -= lookahead
-                output.chunks.append(ScheduledChunk(request, request.num_computed_tokens, 1, True, lookahead))
+                output.chunks.append(ScheduledChunk(request, request.num_computed_tokens, 1, True))
                 decoding.add(request.request_id)
-                budget -= 1 + lookahead
+                budget -= 1
             index += 1
+        # 1b. Speculative decoding: lookahead slots for drafts, only once every decode has its own slot
+        # (so drafts never take a block another decode needed).
+        if self.config.num_lookahead_slots:
+            for position, chunk in enumerate(output.chunks):
+                lookahead = self._reserve_lookahead_slots(chunk.request, output, budget)
+                output.chunks[position] = ScheduledChunk(chunk.request, chunk.start, 1, True, lookahead)
+                budget -= lookahead
 
         # 2. Prefills in progress (their blocks were reserved at admission).
         for request in self.running:

@@ -327,7 +327,8 @@ def check_expected_tokens(student_expected: Callable, student_speedup: Callable,
     require_own_implementation(student_speedup, "speculative_speedup")
     alpha, k = acceptance_rate, num_draft_tokens
     call = f"expected_tokens_per_step({alpha}, {k})"
-    got = call_student(student_expected, call, alpha, k, show_args=False)
+    got = call_student(student_expected, call, alpha, k, show_args=False, hints={
+        ZeroDivisionError: "with alpha = 1 every draft is kept: return k + 1 (1 - alpha is 0, do not divide by it)."})
     expected = reference(reference_module.expected_tokens_per_step)(alpha, k)
     try:
         ok = math.isclose(float(got), expected, rel_tol=1e-9)
@@ -447,7 +448,10 @@ def check_commit_in_engine(student_fn: Callable, model_name: str = "tiny", num_r
     params = SamplingParams(temperature=0, max_tokens=max_tokens)
     with one_thread():
         plain = LLMEngine(model, tokenizer, **options).generate(prompts, params)
-        config = SpeculativeConfig(method="ngram", num_draft_tokens=num_draft_tokens, commit_fn=student_fn,
+        def commit(*args):
+            return call_student(student_fn, "commit_verified (called by the engine)", *args)
+
+        config = SpeculativeConfig(method="ngram", num_draft_tokens=num_draft_tokens, commit_fn=commit,
                                    draft_fn=reference(reference_module.ngram_draft))
         try:
             engine = LLMEngine(model, tokenizer, speculative=config, **options)
