@@ -8,6 +8,8 @@ One module per concept (see shared/DESIGN.md):
 - ``paged`` (block allocator, prefix caching, paged KV storage), ``kernels.paged_attention`` (Triton)
 - ``sampling``, ``scheduler`` (continuous batching), ``model_runner`` (one flat batch over the
   paged cache), ``detokenizer`` (streaming text), ``engine`` (``LLMEngine``), ``metrics``
+- ``quantization`` (int8/int4 weight-only, GGUF blocks, int8 KV), ``speculative`` (the verifier,
+  drafts, speculation in the engine)
 - ``viz`` (figures for the book and the labs)
 
 and the course machinery: ``checks`` (what notebook test cells call), ``grading`` (release,

@@ -114,7 +114,7 @@ def test_demo_int4_sign_lost_fails():
     student = _student(CH1, _demo("buggy-int4-sign-lost"))
     _fails(lambda: checks.check_pack_int4(student["pack_int4"], student["unpack_int4"], 2, 512), "sign is lost")
     _fails(lambda: checks.check_int4_groups(student["quantize_int4"], student["dequantize_int4"], 4, 64, 32),
-           "dequantize_int4")
+           "dequantize_int4", "sign of negative codes")
 
 
 @pytest.mark.parametrize("old, new, needle", [

@@ -26,6 +26,7 @@ from course_lib import quantization as reference_module
 from course_lib.checks import (
     call_student,
     fail,
+    make,
     one_thread,
     register_reference_names,
     require_own_implementation,
@@ -304,9 +305,13 @@ def check_int4_groups(student_quantize: Callable, student_dequantize: Callable, 
     expected_restored = reference(reference_module.dequantize_int4)(expected_packed, expected_scale)
     restored = _require_tensor(restored, "dequantize_int4(packed, scale)", torch.float32, (out_features, in_features),
                                "return the fp32 weight [out, in].")
-    _compare_close(restored, expected_restored, "dequantize_int4(packed, scale)",
-                   "unpack the codes, then multiply each by the scale of its group: "
-                   "scale.repeat_interleave(group_size, dim=1); group_size = in_features // scale.shape[1].")
+    hint = ("unpack the codes, then multiply each by the scale of its group: "
+            "scale.repeat_interleave(group_size, dim=1); group_size = in_features // scale.shape[1].")
+    steps = (restored - expected_restored) / expected_scale.repeat_interleave(group_size, dim=1)
+    if bool((steps.round() % 16 == 0).all()) and bool((steps.abs() > 8).any()):
+        hint = ("some values are off by exactly 16 steps: the sign of negative codes is lost when unpacking "
+                "(a nibble of 8..15 is -8..-1; check unpack_int4).")
+    _compare_close(restored, expected_restored, "dequantize_int4(packed, scale)", hint)
 
 
 def _unpack_for_comparison(packed: torch.Tensor) -> torch.Tensor:
@@ -530,17 +535,19 @@ def check_perplexity(student_perplexity: Callable, model_name: str = "tiny", num
 # ---------------------------------------------------------------------------------------------
 
 
-def _config(config_name: str):
+def _config_fields(config_name: str) -> dict:
+    """The fields of a ModelConfig by name (plain data: the config is built next to the student's code)."""
+    from dataclasses import asdict
+
     from course_lib.model import ModelConfig
 
     if config_name == "smollm2":
-        return ModelConfig.from_gguf()
+        return asdict(ModelConfig.from_gguf())
     if config_name == "llama-2-7b":
-        return ModelConfig(num_layers=32, hidden_size=4096, num_q_heads=32, num_kv_heads=32, head_dim=128,
-                           vocab_size=32000, intermediate_size=11008, max_position_embeddings=4096,
-                           rope_theta=10000.0, rms_norm_eps=1e-5)
+        return dict(num_layers=32, hidden_size=4096, num_q_heads=32, num_kv_heads=32, head_dim=128, vocab_size=32000,
+                    intermediate_size=11008, max_position_embeddings=4096, rope_theta=10000.0, rms_norm_eps=1e-5)
     if config_name == "tiny":
-        return tiny_model().config
+        return asdict(tiny_model().config)
     raise ValueError(f"config_name must be 'smollm2', 'llama-2-7b' or 'tiny', got {config_name!r}")
 
 
@@ -551,13 +558,17 @@ def check_decode_step_bytes(student_decode_step_bytes: Callable, config_name: st
     """``decode_step_bytes(config, layer_bits, batch_size, context_len, lm_head_bits_per_weight=...,
     kv_bits_per_value=...)`` against the reference."""
     require_own_implementation(student_decode_step_bytes, "decode_step_bytes")
-    config = _config(config_name)
+    from course_lib.model import ModelConfig
+
+    fields = _config_fields(config_name)
+    config = ModelConfig(**fields)
     call = (f"decode_step_bytes({config_name} config, {layer_bits_per_weight}, batch_size={batch_size}, "
             f"context_len={context_len}, lm_head_bits_per_weight={lm_head_bits_per_weight}, "
             f"kv_bits_per_value={kv_bits_per_value})")
-    got = call_student(student_decode_step_bytes, call, config, layer_bits_per_weight, batch_size, context_len,
-                       lm_head_bits_per_weight=lm_head_bits_per_weight, kv_bits_per_value=kv_bits_per_value,
-                       show_args=False)
+    # The config is built where the student's code runs (a frozen dataclass: no copy needed).
+    got = call_student(student_decode_step_bytes, call, make(ModelConfig, **fields), layer_bits_per_weight, batch_size,
+                       context_len, lm_head_bits_per_weight=lm_head_bits_per_weight,
+                       kv_bits_per_value=kv_bits_per_value, copy_args=False, show_args=False)
     expected = reference(reference_module.decode_step_bytes)(
         config, layer_bits_per_weight, batch_size, context_len, lm_head_bits_per_weight=lm_head_bits_per_weight,
         kv_bits_per_value=kv_bits_per_value)
