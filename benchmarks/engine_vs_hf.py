@@ -175,6 +175,10 @@ def make_engine(model, tokenizer, args):
         options["max_num_seqs"] = args.max_num_seqs
     if args.max_num_batched_tokens is not None:
         options["max_num_batched_tokens"] = args.max_num_batched_tokens
+    if args.speculative is not None:
+        from course_lib.speculative import SpeculativeConfig
+
+        options["speculative"] = SpeculativeConfig(method=args.speculative, num_draft_tokens=args.num_draft_tokens)
     return LLMEngine(model, tokenizer, **options)
 
 
@@ -446,6 +450,12 @@ def parse_args(argv):
     parser.add_argument("--max-num-seqs", type=int, default=None, help="passed to LLMEngine (default: its own)")
     parser.add_argument("--max-num-batched-tokens", type=int, default=None,
                         help="passed to LLMEngine (default: its own)")
+    parser.add_argument("--quantize", choices=("int8", "int4"), default=None,
+                        help="our engine with int8 / int4 weight-only quantized linear layers (default: fp32); "
+                             "transformers stays fp32, so its tokens may differ")
+    parser.add_argument("--speculative", choices=("ngram", "self"), default=None,
+                        help="our engine with speculative decoding: prompt lookup or an int4 self-draft (default: off)")
+    parser.add_argument("--num-draft-tokens", type=int, default=4, help="drafts per step with --speculative (default: 4)")
     parser.add_argument("--profile", action="store_true",
                         help="profile our engine only (torch.profiler + cProfile) instead of comparing")
     parser.add_argument("--profile-top", type=int, default=25, help="rows of each profile table (default: 25)")
@@ -460,6 +470,8 @@ def parse_args(argv):
         parser.error("--num-requests must be >= 1")
     if args.padded_batch_size is not None and args.padded_batch_size < 1:
         parser.error("--padded-batch-size must be >= 1")
+    if args.num_draft_tokens < 1:
+        parser.error("--num-draft-tokens must be >= 1")
     return args
 
 
@@ -476,8 +488,8 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     machine = machine_description()
 
-    log("loading our model ...")
-    model, tokenizer = load_smollm2(dtype=torch.float32, device="cpu")
+    log("loading our model ..." + (f" ({args.quantize} weights)" if args.quantize else ""))
+    model, tokenizer = load_smollm2(dtype=torch.float32, device="cpu", quantize=args.quantize)
     if args.quick:
         workload = build_workload(tokenizer.encode, min(args.num_requests, 6), (20, 120), (8, 32))
     else:

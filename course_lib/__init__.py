@@ -10,6 +10,8 @@ One module per concept (see shared/DESIGN.md):
   paged cache), ``detokenizer`` (streaming text), ``engine`` (``LLMEngine``), ``metrics``
 - ``server`` (the OpenAI-compatible HTTP server, admission, routing, disaggregation), ``wire``
   (latency from a streamed answer), ``loadtest`` (open-loop load), ``kv_transfer`` (shipping KV)
+- ``quantization`` (int8/int4 weight-only, GGUF blocks, int8 KV), ``speculative`` (the verifier,
+  drafts, speculation in the engine)
 - ``viz`` (figures for the book and the labs)
 
 and the course machinery: ``checks`` (what notebook test cells call), ``grading`` (release,

@@ -19,7 +19,7 @@ COMMANDS = {
     "grade": "Autograde a folder of submissions and write grades, feedback and a report.",
     "solve": "Run the solution notebooks and fail, naming the cell, if a test cell fails.",
     "chat": "Chat with SmolLM2 in the terminal through the course's own engine.",
-    "bench": "Run a benchmark (engine, kernel, bpe) and print its table.",
+    "bench": "Run a benchmark (engine, kernel, bpe, decoding) and print its table.",
     "serve": "Serve SmolLM2 over an OpenAI-compatible HTTP API (streaming, metrics, replicas behind a router).",
     "loadtest": "Load-test a server on this machine: open-loop Poisson arrivals, latency percentiles, goodput.",
     "book": "Build the book site (book/_build/html), optionally serving it on localhost.",

@@ -9,6 +9,11 @@ One ``step()``:
    max_tokens or the context length, and frees their blocks;
 5. the engine turns the new tokens into text (stop strings end a request here) and reports them.
 
+With ``speculative=SpeculativeConfig(...)`` (``course_lib.speculative``) each decode also reserves
+lookahead slots, a drafter fills them between steps 1 and 2, the forward verifies every request's
+drafts at once, and step 4 appends each request's kept drafts plus one token and gives back the
+slots of rejected drafts.
+
 ``generate(prompts, params)`` adds every prompt and steps until all are done. ``add_request`` +
 ``step`` is the streaming interface: each step returns the new tokens and text of every request
 that got one.
@@ -75,6 +80,13 @@ class EngineStats:
     num_preemptions: int = 0
     num_prefix_cached_tokens: int = 0
     num_partial_prefill_chunks: int = 0  # prefill chunks that did not reach the end of their prompt
+    num_drafted_tokens: int = 0  # speculative decoding: tokens proposed by the drafter and verified
+    num_accepted_tokens: int = 0  # ... and the drafted tokens the verification kept
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted / drafted tokens (None before any draft)."""
+        return self.num_accepted_tokens / self.num_drafted_tokens if self.num_drafted_tokens else None
 
 
 @dataclass
@@ -104,6 +116,9 @@ class LLMEngine:
     with an allocator given, block_size, num_blocks and enable_prefix_caching are the allocator's.
     kv_cache_memory_bytes: the memory budget that sizes the pool when num_blocks is None.
     max_model_len: context length (default: the model's ``max_position_embeddings``).
+    speculative: a ``course_lib.speculative.SpeculativeConfig`` to draft and verify tokens (needs the
+    course's scheduler; the allocator must have ``release_slots``). With temperature 0 the outputs
+    are the same as without it.
 
     Serving with your own parts::
 
@@ -131,6 +146,7 @@ class LLMEngine:
         sampler: Callable[..., torch.Tensor] | None = None,
         kv_cache_memory_bytes: int = DEFAULT_KV_CACHE_MEMORY_BYTES,
         max_model_len: int | None = None,
+        speculative=None,
     ) -> None:
         check_attention_backend(attention_backend)
         config = model.config
@@ -141,6 +157,9 @@ class LLMEngine:
             raise ValueError(f"max_model_len must be in [2, {config.max_position_embeddings}], got {max_model_len}")
         dtype, device = _dtype_and_device(model)
 
+        if speculative is not None and scheduler is not None:
+            raise ValueError("speculative decoding needs the course's Scheduler (it reserves lookahead slots "
+                             "for drafts); leave scheduler=None")
         if scheduler is not None and allocator is None:
             raise ValueError(
                 "a custom scheduler needs its allocator passed too: "
@@ -159,6 +178,7 @@ class LLMEngine:
                 enable_chunked_prefill=enable_chunked_prefill,
                 policy=policy,
                 max_model_len=self.max_model_len,
+                num_lookahead_slots=0 if speculative is None else speculative.num_draft_tokens,
             )
             scheduler = Scheduler(scheduler_config, allocator)
         self.allocator = allocator
@@ -166,6 +186,14 @@ class LLMEngine:
         self.sampler = sampler or sample
         self.kv_cache = PagedKVCache(config, allocator.num_blocks, allocator.block_size, dtype, device)
         self.runner = ModelRunner(model, self.kv_cache, attention_backend)
+        self.speculator = None
+        if speculative is not None:
+            from course_lib.speculative import Speculator
+
+            if not callable(getattr(allocator, "release_slots", None)):
+                raise ValueError("speculative decoding needs an allocator with release_slots (to give back the "
+                                 "slots of rejected drafts), like course_lib.paged.BlockAllocator")
+            self.speculator = Speculator(speculative, model, self.kv_cache, attention_backend)
         self.attention_backend = attention_backend
         self.eos_token_id = getattr(tokenizer, "eos_token_id", None)
         if self.eos_token_id is None:
@@ -273,45 +301,74 @@ class LLMEngine:
         if plan.blocks_to_copy:
             self.kv_cache.copy_blocks(plan.blocks_to_copy)
         block_tables = [self.allocator.block_table(chunk.request.request_id) for chunk in plan.chunks]
+        if self.speculator is not None:
+            plan.chunks = self.speculator.propose(plan.chunks, block_tables, self.scheduler)
+            # Unused lookahead slots went back to the pool: read the tables again.
+            block_tables = [self.allocator.block_table(chunk.request.request_id) for chunk in plan.chunks]
         logits = self.runner.run(plan.chunks, block_tables)
         sampling_chunks = [chunk for chunk in plan.chunks if chunk.samples]
         requests = [chunk.request for chunk in sampling_chunks]
+        params = [r.params for r in requests]
         generators = [self._live[r.request_id].generator for r in requests]
-        token_ids = self.sampler(logits, [r.params for r in requests], generators).tolist()
+        num_tokens_before = [r.num_tokens for r in requests]
+        if self.speculator is None:
+            token_ids = self.sampler(logits, params, generators).tolist()
+        else:
+            drafted, accepted = self.speculator.num_drafted_tokens, self.speculator.num_accepted_tokens
+            token_ids = self.speculator.sample(sampling_chunks, logits, self.sampler, params, generators)
+            self.stats.num_drafted_tokens += self.speculator.num_drafted_tokens - drafted
+            self.stats.num_accepted_tokens += self.speculator.num_accepted_tokens - accepted
         self.scheduler.update(plan, token_ids)
         now = time.perf_counter()
 
-        self._count(plan, len(token_ids))
         for chunk in plan.chunks:
             chunk.request.metrics.record_scheduled(start_time)
-        for request, token_id in zip(requests, token_ids):
-            outputs.append(self._emit(request, token_id, now))
+        num_new_tokens = 0
+        for request, before in zip(requests, num_tokens_before):
+            output = self._emit(request, request.token_ids[before:], now)
+            num_new_tokens += len(output.new_token_ids)
+            outputs.append(output)
+        self._count(plan, num_new_tokens)
         return outputs
 
-    def _count(self, plan, num_sampled: int) -> None:
+    def _count(self, plan, num_new_tokens: int) -> None:
         stats = self.stats
         stats.num_steps += 1
         stats.num_batched_tokens += plan.num_batched_tokens
-        stats.num_generated_tokens += num_sampled
+        stats.num_generated_tokens += num_new_tokens
         stats.num_preemptions += len(plan.preempted)
         stats.num_prefix_cached_tokens += plan.num_cached_tokens
         stats.num_partial_prefill_chunks += sum(1 for chunk in plan.chunks if not chunk.samples)
 
-    def _emit(self, request: Request, token_id: int, now: float) -> StepOutput:
-        """Detokenize one new token, apply stop strings, and finish the request's bookkeeping."""
+    def _emit(self, request: Request, new_token_ids: list[int], now: float) -> StepOutput:
+        """Detokenize the step's new tokens (one, or several with speculation), apply stop strings,
+        and finish the request's bookkeeping."""
         live = self._live[request.request_id]
-        request.metrics.record_token(now)
-        # A token that stopped the request (eos, a stop token id) ends it without adding text.
+        # A token that stopped the request (eos, a stop token id) is its last and adds no text.
         stopped_by_token = request.status is RequestStatus.FINISHED_STOPPED
-        new_text = "" if stopped_by_token else live.detokenizer.add_token(token_id)
-        if live.detokenizer.stopped and not request.is_finished:
-            self.scheduler.finish_request(request.request_id, RequestStatus.FINISHED_STOPPED)
+        pieces = []
+        for index, token_id in enumerate(new_token_ids):
+            request.metrics.record_token(now)
+            if not (stopped_by_token and index == len(new_token_ids) - 1):
+                pieces.append(live.detokenizer.add_token(token_id))
+            if live.detokenizer.stopped:
+                # A stop string ended the text here: later tokens of this step never happened.
+                del request.token_ids[len(request.token_ids) - len(new_token_ids) + index + 1 :]
+                new_token_ids = new_token_ids[: index + 1]
+                if not request.is_finished:
+                    self.scheduler.finish_request(request.request_id, RequestStatus.FINISHED_STOPPED)
+                else:
+                    # Finished by a later token of the same step (say max_tokens); the stop string came first.
+                    request.status = RequestStatus.FINISHED_STOPPED
+                break
+        new_text = "".join(pieces)
         if request.is_finished:
             new_text += live.detokenizer.flush()
             request.metrics.record_finish(now)
             del self._live[request.request_id]
         live.text_parts.append(new_text)
-        return StepOutput(request.request_id, [token_id], new_text, request.is_finished, request.status.finish_reason)
+        return StepOutput(request.request_id, list(new_token_ids), new_text, request.is_finished,
+                          request.status.finish_reason)
 
     # ----- the batch interface ---------------------------------------------------------------
 

@@ -123,6 +123,12 @@ class KVCache:
         """Forget every token (the storage is kept and overwritten by the next request)."""
         self._layer_lengths = [0] * self.num_layers
 
+    def truncate(self, num_tokens: int) -> None:
+        """Forget every token from position ``num_tokens`` on (speculative decoding drops rejected drafts)."""
+        if not isinstance(num_tokens, int) or not 0 <= num_tokens <= self.seq_len:
+            raise ValueError(f"num_tokens must be an integer in [0, {self.seq_len}], got {num_tokens!r}")
+        self._layer_lengths = [num_tokens] * self.num_layers
+
     def attend(self, layer_index: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """Store k, v for this layer and attend over the whole cached sequence.
 

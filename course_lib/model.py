@@ -52,6 +52,7 @@ __all__ = [
     "apply_rotary",
     "gguf_path",
     "greedy_generate",
+    "linear",
     "load_model",
     "load_smollm2",
     "random_weights",
@@ -156,6 +157,17 @@ class ModelConfig:
 # --------------------------------------------------------------------------------------------
 
 
+def _linear_weight(weight):
+    """A frozen Parameter for a tensor; a module that computes x @ W^T itself (a quantized weight,
+    ``course_lib.quantization.QuantizedLinear``) is kept as it is."""
+    return weight if isinstance(weight, nn.Module) else nn.Parameter(weight, requires_grad=False)
+
+
+def linear(x: Tensor, weight) -> Tensor:
+    """x @ weight^T: ``F.linear`` for a tensor weight, ``weight(x)`` for a quantized one."""
+    return weight(x) if isinstance(weight, nn.Module) else F.linear(x, weight)
+
+
 class RMSNorm(nn.Module):
     """x / sqrt(mean(x^2) + eps) * weight over the last dimension, computed in fp32.
 
@@ -219,22 +231,22 @@ class Attention(nn.Module):
         self.num_q_heads = config.num_q_heads
         self.num_kv_heads = config.num_kv_heads
         self.head_dim = config.head_dim
-        self.qkv_proj = nn.Parameter(qkv_proj, requires_grad=False)
-        self.o_proj = nn.Parameter(o_proj, requires_grad=False)  # [hidden_size, num_q_heads * head_dim]
+        self.qkv_proj = _linear_weight(qkv_proj)
+        self.o_proj = _linear_weight(o_proj)  # [hidden_size, num_q_heads * head_dim]
 
     def forward(
         self, x: Tensor, cos: Tensor, sin: Tensor, attention: AttentionContext, layer_index: int
     ) -> Tensor:
         """x [num_tokens, hidden_size], cos/sin [num_tokens, 1, head_dim] -> [num_tokens, hidden_size]."""
         num_tokens = x.shape[0]
-        qkv = F.linear(x, self.qkv_proj).view(num_tokens, -1, self.head_dim)  # [tokens, q+k+v heads, head_dim]
+        qkv = linear(x, self.qkv_proj).view(num_tokens, -1, self.head_dim)  # [tokens, q+k+v heads, head_dim]
         # Queries and keys get the same rotation, so rotate their heads together in one call.
         num_rotated = self.num_q_heads + self.num_kv_heads
         q_and_k = apply_rotary(qkv[:, :num_rotated], cos, sin)
         q, k = q_and_k.split([self.num_q_heads, self.num_kv_heads], dim=1)
         v = qkv[:, num_rotated:]
         output = attention.attend(layer_index, q, k, v)  # [tokens, num_q_heads, head_dim]
-        return F.linear(output.reshape(num_tokens, self.num_q_heads * self.head_dim), self.o_proj)
+        return linear(output.reshape(num_tokens, self.num_q_heads * self.head_dim), self.o_proj)
 
 
 class MLP(nn.Module):
@@ -245,13 +257,13 @@ class MLP(nn.Module):
 
     def __init__(self, gate_up_proj: Tensor, down_proj: Tensor) -> None:
         super().__init__()
-        self.gate_up_proj = nn.Parameter(gate_up_proj, requires_grad=False)
-        self.down_proj = nn.Parameter(down_proj, requires_grad=False)  # [hidden_size, intermediate_size]
+        self.gate_up_proj = _linear_weight(gate_up_proj)
+        self.down_proj = _linear_weight(down_proj)  # [hidden_size, intermediate_size]
 
     def forward(self, x: Tensor) -> Tensor:
         """x [num_tokens, hidden_size] -> [num_tokens, hidden_size]."""
-        gate, up = F.linear(x, self.gate_up_proj).chunk(2, dim=-1)
-        return F.linear(F.silu(gate) * up, self.down_proj)
+        gate, up = linear(x, self.gate_up_proj).chunk(2, dim=-1)
+        return linear(F.silu(gate) * up, self.down_proj)
 
 
 class DecoderLayer(nn.Module):
@@ -301,6 +313,7 @@ class LlamaModel(nn.Module):
 
     ``weights`` maps the names of ``weight_shapes(config)`` to tensors of those shapes; the model
     keeps them as they are (no copy), so pass tensors already in the dtype and device you want.
+    A linear weight may also be a ``course_lib.quantization.QuantizedLinear`` (see ``quantize_model``).
     """
 
     def __init__(self, config: ModelConfig, weights: Mapping[str, Tensor]) -> None:
@@ -491,12 +504,24 @@ def load_model(dtype: torch.dtype = torch.float32, device: torch.device | str = 
 
 
 def load_smollm2(
-    dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
+    dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu", *, quantize: str | None = None
 ) -> tuple[LlamaModel, BPETokenizer]:
-    """(model, tokenizer) for SmolLM2-135M-Instruct, both read from the installed GGUF file."""
+    """(model, tokenizer) for SmolLM2-135M-Instruct, both read from the installed GGUF file.
+
+    quantize: None (the weights as read, in ``dtype``), "int8" or "int4": the decoder layers' linear
+    weights quantized by ``course_lib.quantization.quantize_model`` (PyTorch's fused weight-only
+    kernels where this build has them; the embedding and norms stay in ``dtype``).
+    """
     from course_lib.tokenizer import BPETokenizer  # imported here: the tokenizer module is optional for the model
 
-    return load_model(dtype=dtype, device=device), BPETokenizer.from_gguf()
+    if quantize not in (None, "int8", "int4"):
+        raise ValueError(f"quantize must be None, 'int8' or 'int4', got {quantize!r}")
+    model = load_model(dtype=dtype, device=device)
+    if quantize is not None:
+        from course_lib.quantization import quantize_model
+
+        model = quantize_model(model, quantize)
+    return model, BPETokenizer.from_gguf()
 
 
 # --------------------------------------------------------------------------------------------

@@ -18,6 +18,11 @@ begins; ``PagedAttention`` does that, per layer:
 
 Decode rows come first in the batch, sorted by length, so they can be attended in a few groups of
 similar length: a group is padded to its longest sequence, and sorting keeps that padding small.
+
+Speculative decoding's verify chunks (a decode's token followed by drafted tokens, see
+``course_lib.speculative``) are laid out as decode rows too: the row at position p attends over the
+cache up to p, and since every row's K/V is stored before anyone attends, a draft row sees the
+drafts before it. Every row of a verify chunk gets logits.
 """
 
 from __future__ import annotations
@@ -150,8 +155,9 @@ class StepBatch:
     """Everything one forward needs, built once per step (not per layer).
 
     input_ids, positions, slot_mapping: [num_tokens] int64. logits_indices: [num_sampled] int64, in
-    the order of the scheduler's sampling chunks. The first rows are the single-token chunks
-    (decodes), in ``decode_groups``; the multi-token chunks follow, one ``PrefillSlice`` each.
+    the order of the scheduler's sampling chunks (every row of a verify chunk, in order; the last row
+    of any other). The first rows are the decode-like rows (single-token chunks and the tokens of
+    verify chunks), in ``decode_groups``; the multi-token prefill chunks follow, one ``PrefillSlice`` each.
     """
 
     input_ids: Tensor
@@ -169,38 +175,56 @@ def build_step_batch(
     device: torch.device | str = "cpu",
     decode_group_size: int = DECODE_GROUP_SIZE,
 ) -> StepBatch:
-    """Lay out the scheduled chunks as a flat batch (decodes first, shortest first).
+    """Lay out the scheduled chunks as a flat batch (decode rows first, shortest first).
 
     chunks: the scheduler's plan; block_tables: the block table of each chunk's request, same order.
     """
-    decode_order = sorted((i for i, c in enumerate(chunks) if c.num_tokens == 1), key=lambda i: chunks[i].start)
-    prefill_order = [i for i, c in enumerate(chunks) if c.num_tokens > 1]
+    # Decode-like rows: (chunk index, offset in the chunk), by the length each one attends over.
+    decode_rows = sorted(
+        ((i, offset) for i, c in enumerate(chunks) if c.num_tokens == 1 or c.draft_token_ids
+         for offset in range(c.num_tokens)),
+        key=lambda row: chunks[row[0]].start + row[1],
+    )
+    prefill_order = [i for i, c in enumerate(chunks) if c.num_tokens > 1 and not c.draft_token_ids]
 
     input_ids: list[int] = []
     positions: list[int] = []
     slot_mapping: list[int] = []
-    last_row = [0] * len(chunks)
+    row_of: dict[tuple[int, int], int] = {}
     prefills: list[PrefillSlice] = []
-    for i in decode_order + prefill_order:
+
+    def add_rows(i: int, offsets: range) -> None:
         chunk, table = chunks[i], block_tables[i]
+        tokens = chunk.token_ids
+        for offset in offsets:
+            position = chunk.start + offset
+            row_of[(i, offset)] = len(input_ids)
+            input_ids.append(tokens[offset])
+            positions.append(position)
+            slot_mapping.append(table[position // block_size] * block_size + position % block_size)
+
+    for i, offset in decode_rows:
+        add_rows(i, range(offset, offset + 1))
+    for i in prefill_order:
         token_start = len(input_ids)
-        end = chunk.start + chunk.num_tokens
-        input_ids.extend(chunk.request.token_ids[chunk.start : end])
-        chunk_positions = range(chunk.start, end)
-        positions.extend(chunk_positions)
-        slot_mapping.extend(table[p // block_size] * block_size + p % block_size for p in chunk_positions)
-        last_row[i] = len(input_ids) - 1
-        if chunk.num_tokens > 1:
-            table_tensor = torch.tensor(table, dtype=torch.long, device=device)
-            prefills.append(PrefillSlice(token_start, chunk.num_tokens, chunk.start, table_tensor))
+        add_rows(i, range(chunks[i].num_tokens))
+        table_tensor = torch.tensor(block_tables[i], dtype=torch.long, device=device)
+        prefills.append(PrefillSlice(token_start, chunks[i].num_tokens, chunks[i].start, table_tensor))
+
+    logits_rows: list[int] = []
+    for i, chunk in enumerate(chunks):
+        if chunk.draft_token_ids:
+            logits_rows.extend(row_of[(i, offset)] for offset in range(chunk.num_tokens))
+        elif chunk.samples:
+            logits_rows.append(row_of[(i, chunk.num_tokens - 1)])
 
     decode_groups = []
-    for row_start in range(0, len(decode_order), decode_group_size):
-        members = decode_order[row_start : row_start + decode_group_size]
-        seq_lens = [chunks[i].start + 1 for i in members]
+    for row_start in range(0, len(decode_rows), decode_group_size):
+        members = decode_rows[row_start : row_start + decode_group_size]
+        seq_lens = [chunks[i].start + offset + 1 for i, offset in members]
         max_blocks = -(-max(seq_lens) // block_size)
         padded = []
-        for i in members:
+        for i, _ in members:
             table = list(block_tables[i][:max_blocks])
             padded.append(table + [0] * (max_blocks - len(table)))  # padding is masked by seq_lens
         decode_groups.append(
@@ -219,7 +243,7 @@ def build_step_batch(
         input_ids=as_long(input_ids),
         positions=as_long(positions),
         slot_mapping=as_long(slot_mapping),
-        logits_indices=as_long([last_row[i] for i, c in enumerate(chunks) if c.samples]),
+        logits_indices=as_long(logits_rows),
         decode_groups=decode_groups,
         prefills=prefills,
     )
@@ -344,7 +368,8 @@ class ModelRunner:
         self.prefill_attention, self.decode_attention, self.store_kv = attention_functions(attention_backend)
 
     def run(self, chunks: Sequence[ScheduledChunk], block_tables: Sequence[Sequence[int]]) -> Tensor:
-        """Forward the chunks; returns logits ``[num_sampling_chunks, vocab]`` in chunk order."""
+        """Forward the chunks; returns logits in chunk order: one row per sampling chunk, and one per
+        token for a chunk with drafted tokens (``[num_rows, vocab]``)."""
         batch = build_step_batch(chunks, block_tables, self.kv_cache.block_size, self.kv_cache.storage.device)
         context = PagedAttention(self.kv_cache, batch, self.prefill_attention, self.decode_attention, self.store_kv)
         return self.model(batch.input_ids, batch.positions, attention=context, logits_indices=batch.logits_indices)

@@ -347,6 +347,27 @@ class BlockAllocator:
         self._num_slots[seq_id] += 1
         return copy
 
+    def release_slots(self, seq_id: SeqId, num_slots: int) -> None:
+        """Give back the sequence's last ``num_slots`` token slots; blocks left empty return to the pool.
+
+        Speculative decoding reserves slots for drafted tokens before it knows which will be kept;
+        the rejected ones are released here. Released blocks were never full of computed tokens, so
+        none of them is in the prefix cache.
+        """
+        table = self._table(seq_id)
+        if not isinstance(num_slots, int) or not 0 <= num_slots <= self._num_slots[seq_id]:
+            raise ValueError(f"num_slots must be an integer in [0, {self._num_slots[seq_id]}] for sequence "
+                             f"{seq_id!r}, got {num_slots!r}")
+        self._num_slots[seq_id] -= num_slots
+        while len(table) > self.blocks_needed(self._num_slots[seq_id]):
+            block = table.pop()
+            self.ref_counts[block] -= 1
+            if self.ref_counts[block] == 0:
+                if self._hash_of_block[block] is not None:
+                    self._free_cached[block] = None
+                else:
+                    self._free_uncached.append(block)
+
     def fork(self, parent_id: SeqId, child_id: SeqId) -> None:
         """Give ``child_id`` the same blocks as ``parent_id`` (shared, ref counts + 1; no copy yet)."""
         parent_table = self._table(parent_id)

@@ -26,6 +26,12 @@ prefill_queue, token_budget, chunked)`` (decode-maximal batching, Lab 0.2 chapte
 scheduler asks it to plan every step, and takes a student's version as an argument. The
 scheduler keeps what only it can know: which decodes have a slot, which waiting request's blocks
 fit, and ``max_num_seqs``. ``Scheduler`` is the reference answer of Lab 0.1 chapter 5.
+
+Speculative decoding (``course_lib.speculative``) adds three small things: with
+``num_lookahead_slots = k`` a decode also reserves up to k more slots (for drafted tokens, within the
+token budget and only while free blocks allow, never by preempting); a chunk may carry
+``draft_token_ids`` that run after its last token; and ``update`` accepts a ``VerifiedTokens`` for
+such a chunk (several tokens at once, and slots to give back through ``release_slots``).
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ __all__ = [
     "SchedulerProtocol",
     "build_batch",
     "is_legal_transition",
+    "VerifiedTokens",
 ]
 
 CHUNKED_PREFILL_LAB = "lab02-prefill-vs-decode"
@@ -183,12 +190,36 @@ class ScheduledChunk:
 
     samples: True when the chunk reaches the request's last token, so the step samples a new token
     for it (always for a decode; for a prefill only its last chunk).
+    num_lookahead_slots: slots reserved after a decode's token for drafted tokens (speculative decoding).
+    draft_token_ids: drafted tokens that run after the request's last token: the chunk then covers
+    positions start .. start + len(draft_token_ids) and every one of its rows gets logits.
     """
 
     request: Request
     start: int
     num_tokens: int
     samples: bool
+    num_lookahead_slots: int = 0
+    draft_token_ids: tuple[int, ...] = ()
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The tokens this chunk runs: the request's own, then its drafts."""
+        end = self.start + self.num_tokens
+        if not self.draft_token_ids:
+            return self.request.token_ids[self.start : end]
+        return (self.request.token_ids + list(self.draft_token_ids))[self.start : end]
+
+
+@dataclass(frozen=True)
+class VerifiedTokens:
+    """What a speculative chunk produced, for ``Scheduler.update``: tokens to append (kept drafts and
+    one more), how many leading tokens now have their KV computed, and how many of the chunk's slots
+    held rejected drafts and go back to the pool."""
+
+    token_ids: list[int]
+    num_computed_tokens: int
+    num_slots_to_free: int
 
 
 @dataclass
@@ -323,6 +354,7 @@ class SchedulerConfig:
     policy: "fcfs" (first come, first served) or "priority" (lower ``Request.priority`` first,
     then arrival order; preemption then picks the lowest priority running request).
     max_model_len: the context length; a request stops ("length") when it reaches it.
+    num_lookahead_slots: extra slots a decode reserves for drafted tokens (speculative decoding; 0: off).
     """
 
     max_num_seqs: int = 32
@@ -330,6 +362,7 @@ class SchedulerConfig:
     enable_chunked_prefill: bool = True
     policy: str = "fcfs"
     max_model_len: int = 8192
+    num_lookahead_slots: int = 0
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
@@ -345,6 +378,9 @@ class SchedulerConfig:
             raise ValueError(f"policy must be one of {_POLICIES}, got {self.policy!r}")
         if not isinstance(self.enable_chunked_prefill, bool):
             raise TypeError(f"enable_chunked_prefill must be a bool, got {self.enable_chunked_prefill!r}")
+        lookahead = self.num_lookahead_slots
+        if not isinstance(lookahead, int) or isinstance(lookahead, bool) or lookahead < 0:
+            raise ValueError(f"num_lookahead_slots must be an integer >= 0, got {lookahead!r}")
 
 
 def _without_chunking(config: SchedulerConfig) -> SchedulerConfig:
@@ -443,6 +479,15 @@ class Scheduler:
                 decoding.append(request)
             index += 1
         decode_ids = [request.request_id for request in decoding]
+        # 1b. Speculative decoding: lookahead slots for drafts, only once every decode has its own slot
+        # (so drafts never take a block another decode needed). They come out of the step's budget
+        # before the planner shares what is left.
+        lookahead: dict[Any, int] = {}
+        if self.config.num_lookahead_slots:
+            for request in decoding:
+                spare = budget - len(decoding)
+                lookahead[request.request_id] = self._reserve_lookahead_slots(request, output, spare)
+                budget -= lookahead[request.request_id]
 
         # 2. Prefills in progress (their blocks were reserved at admission), oldest first.
         queue = [(request, request.num_tokens - request.num_computed_tokens)
@@ -475,7 +520,8 @@ class Scheduler:
         for request_id, num_tokens in self._plan(decode_ids, queue, budget):
             request = by_id[request_id]
             if request in decoding:
-                output.chunks.append(ScheduledChunk(request, request.num_computed_tokens, 1, True))
+                output.chunks.append(ScheduledChunk(request, request.num_computed_tokens, 1, True,
+                                                    lookahead.get(request_id, 0)))
             else:
                 output.chunks.append(self._chunk(request, num_tokens))
         return output
@@ -510,6 +556,10 @@ class Scheduler:
             token_id = next(sampled) if chunk.samples else None
             if request.status is not RequestStatus.RUNNING:
                 continue  # finished from outside (aborted) since it was scheduled
+            if isinstance(token_id, VerifiedTokens):
+                if self._commit_verified(request, token_id):
+                    finished.append(request)
+                continue
             request.num_computed_tokens = chunk.start + chunk.num_tokens
             if token_id is not None:
                 request.token_ids.append(int(token_id))
@@ -520,6 +570,19 @@ class Scheduler:
                     self._finish(request, stop)
                     finished.append(request)
         return finished
+
+    def release_slots(self, request: Request, num_slots: int) -> None:
+        """Give back the request's last ``num_slots`` reserved slots (unused lookahead, rejected drafts)."""
+        if not isinstance(num_slots, int) or num_slots < 0:
+            raise ValueError(f"num_slots must be an integer >= 0, got {num_slots!r}")
+        if request.status is not RequestStatus.RUNNING or not num_slots:
+            return
+        held = self._num_slots[request.request_id]
+        if held - num_slots < request.num_computed_tokens:
+            raise ValueError(f"request {request.request_id!r}: releasing {num_slots} of its {held} slots would drop "
+                             f"the KV of computed tokens (it has {request.num_computed_tokens})")
+        self.allocator.release_slots(request.request_id, num_slots)
+        self._num_slots[request.request_id] = held - num_slots
 
     def finish_request(self, request_id: Any, status: RequestStatus) -> Request | None:
         """Finish a waiting or running request now (abort, stop string); free its blocks."""
@@ -552,6 +615,45 @@ class Scheduler:
         if copy is not None:
             output.blocks_to_copy.append(copy)
         return True
+
+    def _reserve_lookahead_slots(self, request: Request, output: SchedulerOutput, spare: int) -> int:
+        """Reserve up to ``num_lookahead_slots`` more slots after a decode's token, for drafts.
+
+        Never more than the request could still use (a round emits at most drafts + 1 tokens, within
+        max_tokens and the context length) or than the budget's ``spare`` tokens, and never by
+        preempting: under memory pressure speculation simply drafts less.
+        """
+        wanted = min(
+            self.config.num_lookahead_slots,
+            spare,
+            request.params.max_tokens - request.num_output_tokens - 1,
+            self.config.max_model_len - request.num_tokens - 1,
+        )
+        reserved = 0
+        while reserved < wanted and self.allocator.can_append(request.request_id):
+            copy = self.allocator.append_slot(request.request_id)
+            if copy is not None:
+                output.blocks_to_copy.append(copy)
+            reserved += 1
+        self._num_slots[request.request_id] += reserved
+        return reserved
+
+    def _commit_verified(self, request: Request, verified: VerifiedTokens) -> bool:
+        """Apply one speculative chunk's result; returns True if the request finished.
+
+        Tokens are appended one at a time with the usual stop checks, so a draft after eos or past
+        max_tokens never enters the sequence. The slots of rejected drafts go back to the pool.
+        """
+        request.num_computed_tokens = verified.num_computed_tokens
+        for token_id in verified.token_ids:
+            request.token_ids.append(int(token_id))
+            stop = request.stop_status(self.config.max_model_len)
+            if stop is not None:
+                self._finish(request, stop)
+                return True
+        self.release_slots(request, verified.num_slots_to_free)
+        self.allocator.mark_computed(request.request_id, request.token_ids, request.num_computed_tokens)
+        return False
 
     def _preempt(self, request: Request, output: SchedulerOutput) -> None:
         """Preemption by recompute: drop the KV, keep the tokens, requeue at the front."""

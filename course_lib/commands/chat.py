@@ -22,6 +22,10 @@ Type a message and press Enter. Commands:
 Ctrl-C while the model is answering stops that answer. After each answer the time to first
 token (TTFT) and the decode speed are printed on stderr.
 
+--quantize int8|int4 serves int8 / int4 weight-only quantized linear layers; --speculative ngram|self
+drafts --num-draft-tokens tokens per step (prompt lookup, or an int4 copy of the model) and verifies
+them in one pass. The decode speed printed after each answer shows what they change on this machine.
+
 Reads lines from stdin when it is not a terminal, e.g.
   echo "What is the capital of France?" | course chat --temperature 0"""
 
@@ -36,6 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-p", type=float, default=0.0, help="min-p filter in [0, 1]; 0 = off (default)")
     parser.add_argument("--seed", type=int, default=None, help="seed each answer's sampling (reproducible chat)")
     parser.add_argument("--max-tokens", type=int, default=512, help="longest answer in tokens (default: 512)")
+    parser.add_argument("--quantize", choices=("int8", "int4"), default=None,
+                        help="int8 / int4 weight-only quantized linear layers (default: fp32)")
+    parser.add_argument("--speculative", choices=("ngram", "self"), default=None,
+                        help="speculative decoding: 'ngram' (prompt lookup) or 'self' (an int4 copy drafts); default: off")
+    parser.add_argument("--num-draft-tokens", type=int, default=4,
+                        help="tokens drafted per step with --speculative (default: 4)")
     parser.add_argument(
         "--system", default=None,
         help="system prompt (default: the chat template's own, 'You are a helpful AI assistant named SmolLM...')",
@@ -50,6 +60,15 @@ def sampling_params_from_args(args: argparse.Namespace):
         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
         seed=args.seed, max_tokens=args.max_tokens,
     )
+
+
+def speculative_config_from_args(args: argparse.Namespace):
+    """The engine's SpeculativeConfig, or None without --speculative; raises ValueError for bad values."""
+    if args.speculative is None:
+        return None
+    from course_lib.speculative import SpeculativeConfig
+
+    return SpeculativeConfig(method=args.speculative, num_draft_tokens=args.num_draft_tokens)
 
 
 def read_user_line(interactive: bool) -> str | None:
@@ -162,6 +181,7 @@ def format_stats(stats: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     try:
         params = sampling_params_from_args(args)
+        speculative = speculative_config_from_args(args)
     except (TypeError, ValueError) as error:
         print(f"course chat: {error}", file=sys.stderr)
         return 2
@@ -172,9 +192,10 @@ def run(args: argparse.Namespace) -> int:
     from course_lib.model import load_smollm2
 
     interactive = sys.stdin.isatty()
-    print("loading SmolLM2-135M-Instruct ...", file=sys.stderr, flush=True)
-    model, tokenizer = load_smollm2(dtype=torch.float32, device="cpu")
-    engine = LLMEngine(model, tokenizer)
+    print("loading SmolLM2-135M-Instruct" + (f" with {args.quantize} weights" if args.quantize else "") + " ...",
+          file=sys.stderr, flush=True)
+    model, tokenizer = load_smollm2(dtype=torch.float32, device="cpu", quantize=args.quantize)
+    engine = LLMEngine(model, tokenizer, speculative=speculative)
     session = ChatSession(engine, tokenizer, params, args.system, model.config.max_position_embeddings)
     if interactive:
         print(f"{RESET_COMMAND} clears the conversation, {QUIT_COMMAND} or Ctrl-D leaves.", file=sys.stderr)
