@@ -89,8 +89,10 @@ class Grader:
         self.sources = {path.stem: nbformat.read(path, as_version=4)
                         for path in sorted((solutions_dir / lab).glob("*.ipynb"))}
 
-    def grade_all(self, submissions: list[Submission]) -> list[LabResult]:
-        generate_release(self.solutions_dir, self.lab, self.workspace)
+    def grade_all(self, submissions: list[Submission], *, release: bool = True) -> list[LabResult]:
+        """Grade ``submissions``; ``release=False`` when generate_assignment already ran in this workspace."""
+        if release:
+            generate_release(self.solutions_dir, self.lab, self.workspace)
         self.workspace.extra_environment = self.settings.to_environment()
         results = {s.student: LabResult(s.student, s.lab) for s in submissions}
         staged = {s.student: self._stage(s, results[s.student]) for s in submissions}
@@ -231,69 +233,3 @@ def build_editions(editions_dir: Path, labs: list[str], known_labs: list[str]) -
     return editions
 
 
-def grade(submissions_dir: Path, out_dir: Path, *, solutions_dir: Path, known_labs: list[str],
-          only_lab: str | None = None, timeout: int = 120, workspace_dir: Path | None = None, jobs: int = 1,
-          on_progress: Callable[[Submission, LabResult | None], None] | None = None
-          ) -> tuple[list[LabResult], list[str], list[Workspace]]:
-    """Grade every submission; returns the results (in discovery order), the folders that were not
-    graded, and the workspaces used.
-
-    ``jobs`` > 1 grades that many submissions at once, each worker in a workspace (and gradebook)
-    of its own, so their nbgrader processes never contend for one database.
-    """
-    if jobs < 1:
-        raise GradingError(f"jobs must be at least 1, got {jobs}")
-    discovery = discover_submissions(submissions_dir, known_labs, only_lab)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    jobs = max(1, min(jobs, len(discovery.submissions)))
-    scratch = Path(workspace_dir) if workspace_dir is not None else Path(tempfile.mkdtemp(prefix="course-grading-"))
-    workspaces = [Workspace.create(scratch / f"worker-{index}", timeout=timeout) for index in range(jobs)]
-    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
-    if threads is not None:  # the workers' kernels share the cores
-        for workspace in workspaces:
-            workspace.kernel_threads = threads
-    editions = build_editions(scratch / "editions", [s.lab for s in discovery.submissions], known_labs)
-    hidden = [out_dir.resolve(), submissions_dir.resolve(), solutions_dir.resolve()]
-    shares = [discovery.submissions[index::jobs] for index in range(jobs)]
-    results: dict[int, LabResult] = {}
-    position = {id(submission): index for index, submission in enumerate(discovery.submissions)}
-
-    def work(workspace: Workspace, share: list[Submission]) -> None:
-        for lab in sorted({submission.lab for submission in share}):
-            batch = [submission for submission in share if submission.lab == lab]
-            for submission in batch:
-                if on_progress:
-                    on_progress(submission, None)
-            settings = GradingSettings(editions[lab], workspace.root, hidden, gpu_available(), threads)
-            for submission, result in zip(batch, _grade_safely(solutions_dir, out_dir, workspace, lab, batch,
-                                                               settings)):
-                results[position[id(submission)]] = result
-                if on_progress:
-                    on_progress(submission, result)
-
-    if jobs == 1:
-        work(workspaces[0], shares[0])
-    else:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            for future in [pool.submit(work, ws, share) for ws, share in zip(workspaces, shares)]:
-                future.result()  # re-raise a GradingError (a broken lab) from any worker
-    return [results[index] for index in sorted(results)], discovery.problems, workspaces
-
-
-def _grade_safely(solutions_dir: Path, out_dir: Path, workspace: Workspace, lab: str,
-                  batch: list[Submission], settings: GradingSettings) -> list[LabResult]:
-    try:
-        return Grader(solutions_dir, out_dir, workspace, lab, settings).grade_all(batch)
-    except GradingError:
-        raise  # the lab itself is broken (generate_assignment failed): no grade would be fair
-    except Exception as error:  # anything else is a grading bug; report it per submission, keep the batch
-        sources = sorted((solutions_dir / lab).glob("*.ipynb"))
-        results = []
-        for submission in batch:
-            reason = f"grading crashed: {type(error).__name__}: {error}"
-            result = LabResult(submission.student, lab, problems=[reason])
-            for path in sources:
-                result.notebooks.append(missing_notebook(path.stem, nbformat.read(path, as_version=4),
-                                                         "grading failed", reason))
-            results.append(result)
-        return results
