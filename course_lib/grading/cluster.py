@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 from course_lib.grading.layout import GradingError
 
-__all__ = ["ALLOWED_FAILURES", "Connection", "WorkerInfo", "check_workers", "connect", "start_local",
-           "validate_address"]
+__all__ = ["ALLOWED_FAILURES", "Connection", "WorkerInfo", "check_workers", "connect", "judge_workers",
+           "start_local", "validate_address"]
 
 ALLOWED_FAILURES = 2      # a task whose worker died is retried at most this many times
 PROBE_TIMEOUT_S = 120     # how long the workers may take to answer the check (they import course_lib)
@@ -156,6 +156,11 @@ def check_workers(connection: Connection, fingerprint: str) -> list[WorkerInfo]:
             answers = future.result(timeout=PROBE_TIMEOUT_S)
         except concurrent.futures.TimeoutError:
             raise GradingError(f"the workers did not answer the grader's check within {PROBE_TIMEOUT_S} s") from None
+    return judge_workers(answers, scheduler_workers, fingerprint)
+
+
+def judge_workers(answers: dict, scheduler_workers: dict[str, dict], fingerprint: str) -> list[WorkerInfo]:
+    """The workers that can grade, from their answers to the probe; a GradingError naming any that cannot."""
     workers, problems = [], []
     for address, answer in sorted(answers.items()):
         details = scheduler_workers.get(address, {})

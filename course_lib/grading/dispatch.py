@@ -295,10 +295,11 @@ def grade(submissions_dir: Path, out_dir: Path, *, solutions_dir: Path, known_la
         return run
 
     with tempfile.TemporaryDirectory(prefix="course-grading-") as scratch:
-        _validate_labs(solutions_dir, labs, Path(scratch))
-        connection = connect(cluster, timeout=connect_timeout) if cluster else start_local(min(jobs, max(1, len(todo) + len(maybe))))
+        connection = (connect(cluster, timeout=connect_timeout) if cluster
+                      else start_local(min(jobs, len(todo) + len(maybe))))
         progress = None
         try:
+            _validate_labs(solutions_dir, labs, Path(scratch))
             run.cluster = connection.description
             run.workers = check_workers(connection, fingerprint)
             gpu_resource_route = bool(cluster) and any(w.gpu_resource for w in run.workers)
