@@ -104,7 +104,7 @@ def connect(address: str, *, timeout: float = 10, wait_for_workers: float = 30) 
     address = validate_address(address)
     _quiet_dask_logs()
     try:
-        client = Client(address, timeout=timeout, set_as_default=False)
+        client = Client(address, timeout=timeout)
     except (OSError, TimeoutError) as error:
         raise GradingError(f"could not reach the Dask scheduler at {address} within {timeout:g} s ({error}). "
                            "Is `dask scheduler` running there, and is the port open from this machine?") from None

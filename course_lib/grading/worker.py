@@ -135,7 +135,7 @@ def grade_task(task: GradingTask, bundle: LabBundle) -> dict:
         threads = _kernel_threads(task, address)
         workspace.kernel_threads = threads
         settings = GradingSettings(lab.edition, workspace.root, hidden, gpu, threads)
-        grader = Grader(lab.solutions_dir, out_dir, workspace, task.lab, settings)
+        grader = Grader(lab.solutions_dir, out_dir, workspace, task.lab, settings, one_process=True)
         [result] = grader.grade_all([Submission(task.student, task.lab, incoming)], release=False)
         feedback = {}
         for notebook in result.notebooks:
