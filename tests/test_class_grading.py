@@ -248,3 +248,25 @@ def test_a_worker_without_the_course_is_named(scheduler, tmp_path):
     assert run.returncode == 1, run.stdout + run.stderr
     assert "some Dask workers cannot grade" in run.stderr and "course_lib is not installed" in run.stderr
     assert not (tmp_path / "out" / "gradebook.db").exists()
+
+
+def test_gpu_labs_go_to_gpu_workers(serial, scheduler, tmp_path):
+    """The fixture lab has a GPU-only cell: with a worker started with --resources GPU=1, only it grades."""
+    import shutil
+
+    root, _ = serial
+    address, processes, logs = scheduler
+    processes.append(dask_worker(address, "gpu", logs / "gpu.log", "--resources", "GPU=1"))
+    processes.append(dask_worker(address, "cpu", logs / "cpu.log"))
+    workers = wait_for_workers(address, 2)
+    gpu_address = next(a for a, w in workers.items() if w["name"].startswith("gpu"))
+    submissions = tmp_path / "submissions"
+    for student in ("correct", "blank", "malformed"):
+        shutil.copytree(root / "submissions" / student, submissions / student)
+    run = course("grade", str(submissions), "--solutions", str(root / "solutions"), "--out", str(tmp_path / "out"),
+                 "--timeout", "10", "--cluster", address, cwd=root)
+    assert run.returncode == 0, run.stdout + run.stderr
+    records = [json.loads(p.read_text()) for p in (tmp_path / "out" / "results" / LAB).glob("*.json")]
+    assert len(records) == 3 and {record["worker"] for record in records} == {gpu_address}
+    if not GPU:
+        assert "started with --resources GPU=1 but torch sees no CUDA device" in run.stdout

@@ -194,3 +194,66 @@ def test_an_unreachable_cluster_is_a_clear_error_within_seconds(tmp_path):
     assert f"could not reach the Dask scheduler at tcp://127.0.0.1:{port} within 3 s" in done.stderr
     assert time.monotonic() - started < 60
     assert not (tmp_path / "out" / "gradebook.db").exists() and not (tmp_path / "out" / "grades.csv").exists()
+
+
+# ---- what the dispatcher does with an answer (the worker's side is in test_class_grading.py) -------------
+
+def dispatcher_for(tmp_path):
+    """A dispatcher writing to tmp_path/out, for the fixture lab, with no cluster behind it."""
+    from types import SimpleNamespace
+
+    from course_lib.grading.dispatch import GradeRun, _Dispatcher
+    from course_lib.grading.snapshot import lab_bundle
+    from tests.grading_fixture import LAB, write_fixture_lab
+
+    write_fixture_lab(tmp_path / "solutions")
+    bundle = lab_bundle(tmp_path / "solutions", LAB)
+    stream = io.StringIO()
+    run = GradeRun(total=1)
+    dispatcher = _Dispatcher(SimpleNamespace(client=None), ResultStore(tmp_path / "out"), {LAB: bundle}, set(), run,
+                             Progress(1, stream=stream), timeout=10, fingerprint="f", known_labs=[LAB], hidden=[],
+                             gpu_resource_route=False, local=True)
+    return dispatcher, run, stream, LAB
+
+
+def test_a_folder_that_changes_while_graded_is_reported_and_graded_again_on_resume(tmp_path):
+    from course_lib.grading.autograde import Submission
+    from course_lib.grading.dispatch import _unchanged
+
+    dispatcher, run, stream, lab = dispatcher_for(tmp_path)
+    folder = tmp_path / "submissions" / "alice" / lab
+    folder.mkdir(parents=True)
+    (folder / "ch1.ipynb").write_text('{"cells": []}')
+    submission = Submission("alice", lab, folder)
+    snapshot = take_snapshot("alice", lab, folder)
+    (folder / "ch1.ipynb").write_text('{"cells": [], "changed": true}')   # the student saves again mid-grading
+    answer = {"result": lab_result("alice", lab, [2, 2]).as_dict(), "feedback": {}, "autograded": {},
+              "worker": "tcp://w:1", "gpu": False, "elapsed_s": 1.0, "fingerprint": "f"}
+    dispatcher._record(submission, snapshot, answer)
+    kept = dispatcher.store.load(lab, "alice")
+    assert kept.complete and kept.key["submission"] == snapshot.digest
+    assert any("changed while it was being graded" in problem for problem in kept.result.problems)
+    assert "changed while it was being graded" in stream.getvalue()
+    assert not _unchanged(kept, submission, dispatcher.bundles, "f", 10), "--resume must grade the new files"
+
+
+def test_a_failed_grading_never_replaces_a_grade(tmp_path):
+    from distributed import KilledWorker
+
+    from course_lib.grading.autograde import Submission
+    from course_lib.grading.dispatch import _describe
+
+    dispatcher, run, stream, lab = dispatcher_for(tmp_path)
+    reason = _describe(KilledWorker("grade-x", None, 2))
+    assert "died 3 times" in reason
+    # no earlier result: a "grading failed" record that --resume grades again
+    dispatcher._record_failure(Submission("bob", lab, tmp_path), reason)
+    failed = dispatcher.store.load(lab, "bob")
+    assert not failed.complete and {nb.status for nb in failed.result.notebooks} == {"grading failed"}
+    assert [nb.name for nb in failed.result.notebooks] == ["ch1", "ch2"]
+    # an earlier complete result is kept, and the failure reported
+    dispatcher.store.save(stored("carol", lab, [2, 2]))
+    before = dispatcher.store.result_path(lab, "carol").read_bytes()
+    dispatcher._record_failure(Submission("carol", lab, tmp_path), reason)
+    assert dispatcher.store.result_path(lab, "carol").read_bytes() == before
+    assert run.failed == 2 and any("carol" in p and "kept the earlier result" in p for p in run.problems)

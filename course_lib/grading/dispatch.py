@@ -79,7 +79,8 @@ def _describe(exception: BaseException) -> str:
     from distributed import KilledWorker
 
     if isinstance(exception, KilledWorker):
-        return (f"grading failed: the worker grading it died {ALLOWED_FAILURES + 1} times (retried on other "
+        deaths = getattr(exception, "allowed_failures", ALLOWED_FAILURES) + 1
+        return (f"grading failed: the worker grading it died {deaths} times (retried on other "
                 "workers; does this submission exhaust memory or crash the grader?)")
     return f"grading failed: {type(exception).__name__}: {exception}"
 
