@@ -300,7 +300,7 @@ def grade(submissions_dir: Path, out_dir: Path, *, solutions_dir: Path, known_la
                       else start_local(min(jobs, len(todo) + len(maybe))))
         progress = None
         try:
-            _validate_labs(solutions_dir, labs, Path(scratch))
+            _validate_labs(solutions_dir, sorted({s.lab for s in todo + maybe}), Path(scratch))
             run.cluster = connection.description
             run.workers = check_workers(connection, fingerprint)
             gpu_resource_route = bool(cluster) and any(w.gpu_resource for w in run.workers)
