@@ -17,6 +17,7 @@ COMMANDS = {
     "release": "Generate the student release (labs/) from the solution notebooks (solutions/).",
     "kit": "Build the student kit: the release notebooks and the student edition of course_lib.",
     "grade": "Autograde a folder of submissions and write grades, feedback and a report.",
+    "export": "Export the grades of a `course grade` output folder for an LMS (Canvas) or a spreadsheet.",
     "solve": "Run the solution notebooks and fail, naming the cell, if a test cell fails.",
     "chat": "Chat with SmolLM2 in the terminal through the course's own engine.",
     "bench": "Run a benchmark (engine, kernel, bpe, decoding) and print its table.",

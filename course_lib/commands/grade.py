@@ -20,15 +20,28 @@ first; warnings printed to stderr never cost points; checks that need a GPU are 
 "skipped: needs a GPU" on a CPU and left out of max_score (Triton code runs under
 TRITON_INTERPRET=1 there).
 
-Writes, in --out:
+Grading runs on Dask: --jobs N starts N local worker processes (one submission each at a
+time); --cluster tcp://HOST:PORT uses a scheduler you started (`dask scheduler`, then
+`dask worker tcp://HOST:PORT --nworkers 2 --nthreads 1` on each lab machine, with
+`--resources GPU=1` on a machine with a GPU: labs with GPU-only checks are sent there). Every
+worker must have this same version of the course installed; the grader checks first.
+
+Writes, in --out, each result the moment it is graded:
+  results/<lab>/<student>.json               one per submission (what --resume reads)
+  feedback/<student>/<lab>/<notebook>.html   per-student feedback, hidden tests removed
+  autograded/<student>/<lab>/<notebook>.ipynb
+and at the end, from those files:
   grades.csv          nbgrader's export columns (assignment, student_id, score, max_score, ...)
   report.json         every cell's points and the reason for every lost point
-  feedback/<student>/<lab>/<notebook>.html   per-student feedback, hidden tests removed
-and prints the score table. Exit code 0 when grading completed, whatever the scores.
+  gradebook.db        one nbgrader gradebook (open --out in formgrader for manual review)
+and prints the score table. `course export` turns the results into a Canvas import file.
+Exit code 0 when grading completed, whatever the scores; 1 on an error (nothing half-written).
 
 examples:
-  course grade submissions/ --out grades/
-  course grade submissions/ --lab lab01-text-to-tensors --timeout 300
+  course grade submissions/ --out grades/ --jobs 2
+  course grade submissions/ --out grades/ --resume                  # after a stop: only what is left
+  course grade submissions/ --out grades/ --student alice           # regrade one student
+  course grade submissions/ --out grades/ --cluster tcp://10.0.0.5:8786
 """
 
 
@@ -36,62 +49,96 @@ def add_arguments(parser) -> None:
     parser.add_argument("submissions", type=Path, metavar="SUBMISSIONS",
                         help="folder holding <student>/<lab>/<notebook>.ipynb")
     parser.add_argument("--lab", help="grade only this lab (default: every lab found)")
+    parser.add_argument("--student", metavar="ID",
+                        help="grade only this student (the other students' results are left as they are)")
     parser.add_argument("--out", type=Path, default=Path("grading"),
-                        help="where grades.csv, report.json and feedback/ go (default: ./grading)")
+                        help="where results/, feedback/, grades.csv, report.json, gradebook.db go (default: ./grading)")
     parser.add_argument("--timeout", type=int, default=120, metavar="SECONDS",
                         help="time limit per notebook cell in seconds (default: 120)")
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
-                        help="grade N submissions at once, each in its own workspace (default: 1)")
+                        help="local Dask worker processes, each grading one submission at a time (default: 1)")
+    parser.add_argument("--cluster", metavar="tcp://HOST:PORT",
+                        help="grade on the workers of this Dask scheduler instead of local ones")
+    parser.add_argument("--resume", action="store_true",
+                        help="skip submissions already graded in --out from the same files, lab and grader")
+    parser.add_argument("--connect-timeout", type=float, default=10, metavar="SECONDS",
+                        help="how long to try to reach the --cluster scheduler (default: 10)")
     parser.add_argument("--solutions", type=Path, help="nbgrader source folder (default: <repo>/solutions)")
-    parser.add_argument("--workspace", type=Path,
-                        help="grading workspace to use and keep (default: a temporary folder, removed afterwards)")
 
 
 def run(args) -> int:
-    import tempfile
-
-    from tqdm import tqdm
-
-    from course_lib.grading.autograde import grade
-    from course_lib.grading.layout import GradingError, find_repo_root, gpu_available, list_labs
-    from course_lib.grading.report import one_line_summary, score_table, write_outputs
+    from course_lib.grading.dispatch import GradeRun, gpu_cells_skipped, grade
+    from course_lib.grading.layout import GradingError, find_repo_root, list_labs
+    from course_lib.grading.outputs import write_class_outputs
+    from course_lib.grading.report import one_line_summary, score_table
     from course_lib.grading.sandbox import detect_isolation
 
-    for name, value in (("--timeout", args.timeout), ("--jobs", args.jobs)):
-        if value < 1:
-            print(f"course grade: {name} must be at least 1, got {value}", file=sys.stderr)
+    for name, value in (("--timeout", args.timeout), ("--jobs", args.jobs), ("--connect-timeout", args.connect_timeout)):
+        if value <= 0 or (name != "--connect-timeout" and value < 1):
+            print(f"course grade: {name} must be at least 1, got {value:g}", file=sys.stderr)
             return 2
+    out = args.out.resolve()
     try:
         solutions_dir = (args.solutions or find_repo_root() / "solutions").resolve()
         known_labs = list_labs(solutions_dir)
         if args.lab and args.lab not in known_labs:
             raise GradingError(f"unknown lab {args.lab!r}; labs in {solutions_dir}: {', '.join(known_labs) or 'none'}")
-        device = "GPU" if gpu_available() else "CPU (GPU-only checks are skipped; Triton runs interpreted)"
-        print(f"Grading {args.submissions} on the {device}; per-cell limit {args.timeout} s", file=sys.stderr)
-        isolation = detect_isolation()
-        print(f"Student kernels: {isolation.description}", file=sys.stderr)
-        with tempfile.TemporaryDirectory(prefix="course-grading-") as scratch, \
-                tqdm(desc="grading", unit="submission", file=sys.stderr, disable=None) as bar:
-            def on_progress(submission, result):
-                if result is None:
-                    bar.set_postfix_str(f"{submission.student}/{submission.lab}")
-                else:
-                    bar.update(1)
+        where = args.cluster or f"{args.jobs} local worker{'s' if args.jobs > 1 else ''}"
+        print(f"Grading {args.submissions} on {where}; per-cell limit {args.timeout} s", file=sys.stderr)
+        print(f"Student kernels: {detect_isolation().description}", file=sys.stderr)
 
-            results, problems, _ = grade(
-                args.submissions.resolve(), args.out.resolve(), solutions_dir=solutions_dir,
-                known_labs=known_labs, only_lab=args.lab, timeout=args.timeout,
-                workspace_dir=(args.workspace or Path(scratch)).resolve(), jobs=args.jobs,
-                on_progress=on_progress)
-        grades_path, report_path = write_outputs(args.out, results, problems, device=device, timeout=args.timeout)
+        def on_start(run) -> None:
+            gpus = sum(worker.gpu for worker in run.workers)
+            print(f"Workers: {len(run.workers)} ready ({run.cluster}), {gpus} with a GPU; "
+                  f"{run.total - run.resumed} to grade" + (f", {run.resumed} already graded (--resume)"
+                                                          if run.resumed else ""), file=sys.stderr)
+
+        run, finished = GradeRun(), False
+        try:
+            grade(args.submissions.resolve(), out, solutions_dir=solutions_dir, known_labs=known_labs,
+                        only_lab=args.lab, only_student=args.student, timeout=args.timeout, jobs=args.jobs,
+                        cluster=args.cluster, resume=args.resume, connect_timeout=args.connect_timeout,
+                        on_start=on_start, run=run)
+            finished = True
+        finally:
+            # Whatever stopped the run (an error, Ctrl-C), the class files are rebuilt from the results kept.
+            if (out / "results").is_dir() and (finished or run.graded or run.failed):
+                problems = run.discovery_problems + run.problems
+                device = ("GPU workers for GPU-only checks" if run.gpu_route
+                          else "CPU (GPU-only checks are skipped; Triton runs interpreted)")
+                outputs = write_class_outputs(out, solutions_dir, problems=problems, device=device,
+                                              timeout=args.timeout)
+            else:
+                outputs = None
     except GradingError as error:
         print(f"course grade: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("\ncourse grade: stopped; every finished result is kept in "
+              f"{out / 'results'}: run again with --resume to go on", file=sys.stderr)
+        return 130
 
+    if run.interrupted:
+        print(f"\ncourse grade: stopped; every finished result is kept in {out / 'results'} and the files below "
+              "are built from them: run again with --resume to go on", file=sys.stderr)
+    results = outputs.results if outputs else []
     print(score_table(results))
     if results:
         print("\n" + one_line_summary(results))
-    for problem in problems:
+    skipped_gpu = gpu_cells_skipped(results)
+    summary = f"\ngraded {run.graded} of {run.total}"
+    if run.resumed:
+        summary += f", {run.resumed} already graded (--resume)"
+    if run.failed:
+        summary += f", {run.failed} failed"
+    if skipped_gpu:
+        summary += f"; {skipped_gpu} GPU-only test cells skipped (no GPU worker): left out of max_score"
+    print(summary)
+    for problem in run.discovery_problems:
         print(f"not graded: {problem}")
-    print(f"\ngrades:   {grades_path}\nreport:   {report_path}\nfeedback: {args.out / 'feedback'}")
-    return 0
+    for problem in run.problems + (outputs.notes if outputs else []):
+        print(f"problem: {problem}")
+    if outputs:
+        print(f"\ngrades:    {outputs.grades}\nreport:    {outputs.report}\nfeedback:  {out / 'feedback'}"
+              + (f"\ngradebook: {outputs.gradebook} (formgrader: open {out})" if outputs.gradebook else ""))
+    return 130 if run.interrupted else 0

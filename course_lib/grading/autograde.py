@@ -1,24 +1,26 @@
-"""Autograding a folder of submissions: ``SUBMISSIONS/<student>/<lab>/<notebook>.ipynb``.
+"""Autograding submissions of one lab in an nbgrader workspace: ``SUBMISSIONS/<student>/<lab>/<notebook>.ipynb``.
 
-For each lab the release is generated in a grading workspace (which also records the lab's
-test cells and points in nbgrader's gradebook), and the student edition of ``course_lib`` for
-that lab is built once (its references stubbed, see ``edition``). Each student's notebooks are
-validated, copied in, and autograded by nbgrader in a process of their own with a time limit, so
-one hostile submission cannot stop the batch. Inside it, ``execute.IsolatedExecute`` runs the
-student's code in a sandboxed kernel on the student edition and the test cells in nbgrader's own
-process. Scores come from the gradebook; the reason for every lost point comes from the
-autograded notebook's outputs. Feedback HTML is rendered with the hidden tests scrubbed out.
+``discover_submissions`` finds the student and lab folders (anything else is reported, never
+fatal). ``Grader`` grades students of one lab in a workspace where the lab's release was generated
+(which also records the lab's test cells and points in nbgrader's gradebook), with the student
+edition of ``course_lib`` for that lab (``build_editions``; its references stubbed, see ``edition``).
+Each student's notebooks are validated, copied in, and autograded by nbgrader in a process of its
+own with a time limit, so one hostile submission cannot stop the others. Inside it,
+``execute.IsolatedExecute`` runs the student's code in a sandboxed kernel on the student edition and
+the test cells in nbgrader's own process. Scores come from the gradebook; the reason for every lost
+point comes from the autograded notebook's outputs. Feedback HTML is rendered with the hidden tests
+scrubbed out.
+
+A class is graded one (student, lab) at a time on Dask workers (``dispatch.grade``); each worker
+keeps one workspace per lab and grades in it with a ``Grader`` (``worker.grade_task``).
 """
 
 from __future__ import annotations
 
-import os
+import json
 import shutil
-import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import nbformat
 
@@ -80,7 +82,8 @@ class Grader:
     """
 
     def __init__(self, solutions_dir: Path, out_dir: Path, workspace: Workspace, lab: str,
-                 settings: GradingSettings):
+                 settings: GradingSettings, *, one_process: bool = False):
+        self.one_process = one_process  # one student: autograde and feedback in one process (nbgrader_job)
         self.solutions_dir = solutions_dir
         self.out_dir = out_dir
         self.workspace = workspace
@@ -89,13 +92,18 @@ class Grader:
         self.sources = {path.stem: nbformat.read(path, as_version=4)
                         for path in sorted((solutions_dir / lab).glob("*.ipynb"))}
 
-    def grade_all(self, submissions: list[Submission]) -> list[LabResult]:
-        generate_release(self.solutions_dir, self.lab, self.workspace)
+    def grade_all(self, submissions: list[Submission], *, release: bool = True) -> list[LabResult]:
+        """Grade ``submissions``; ``release=False`` when generate_assignment already ran in this workspace."""
+        if release:
+            generate_release(self.solutions_dir, self.lab, self.workspace)
         self.workspace.extra_environment = self.settings.to_environment()
         results = {s.student: LabResult(s.student, s.lab) for s in submissions}
         staged = {s.student: self._stage(s, results[s.student]) for s in submissions}
         to_grade = [student for student, names in staged.items() if names]
-        failures = self._autograde(to_grade)
+        if self.one_process and len(to_grade) == 1:
+            failures, feedback_failed = self._autograde_with_feedback(to_grade[0])
+        else:
+            failures, feedback_failed = self._autograde(to_grade), None
         for student in to_grade:
             for name in staged[student]:
                 if failures.get(student):
@@ -103,7 +111,8 @@ class Grader:
                         missing_notebook(name, self.sources[name], "grading failed", failures[student]))
                 else:
                     results[student].notebooks.append(self._collect(student, name))
-        self._feedback([student for student in to_grade if not failures.get(student)], results)
+        self._feedback([student for student in to_grade if not failures.get(student)], results,
+                       failed=feedback_failed)
         order = list(self.sources)
         for result in results.values():
             result.notebooks.sort(key=lambda nb: order.index(nb.name))
@@ -170,6 +179,27 @@ class Grader:
             return "nbgrader could not grade this submission: " + (" / ".join(errors) or f"exit code {completed.returncode}")
         return None
 
+    def _autograde_with_feedback(self, student: str) -> tuple[dict[str, str], bool]:
+        """Autograde one student and render the feedback in one process; (failure reasons, feedback failed)."""
+        from course_lib.grading.nbgrader_job import MARKER
+
+        limit = self._time_limit(1) + 600   # feedback rendering gets ten minutes on top
+        try:
+            completed = self.workspace.run_module("course_lib.grading.nbgrader_job",
+                                                  f"--config={self.workspace.config_path}", self.lab, student,
+                                                  timeout=limit)
+        except Exception as error:  # subprocess.TimeoutExpired and OS errors alike
+            return {student: f"grading was stopped: {type(error).__name__}: {error}"}, True
+        lines = [line for line in completed.stdout.splitlines() if line.startswith(MARKER)]
+        if not lines:
+            tail = " / ".join((completed.stderr or "").strip().splitlines()[-3:])
+            return {student: f"nbgrader could not grade this submission: exit code {completed.returncode} {tail}"}, True
+        outcome = json.loads(lines[-1][len(MARKER):])
+        if not outcome["autograde"]["success"]:
+            detail = " / ".join(outcome["autograde"]["error"]) or f"exit code {completed.returncode}"
+            return {student: f"nbgrader could not grade this submission: {detail}"}, True
+        return {}, not (outcome.get("feedback") or {}).get("success")
+
     def _collect(self, student: str, name: str) -> NotebookResult:
         from nbgrader.api import Gradebook
 
@@ -194,12 +224,15 @@ class Grader:
             result.cells.append(classify_cell(cell, points, max_points, self.workspace.timeout))
         return result
 
-    def _feedback(self, students: list[str], results: dict[str, LabResult]) -> None:
-        """Feedback HTML for every graded student in one nbgrader process, copied to the output folder."""
+    def _feedback(self, students: list[str], results: dict[str, LabResult], *, failed: bool | None = None) -> None:
+        """Feedback HTML for every graded student, copied to the output folder: rendered in one nbgrader
+        process, or (``failed`` not None) already rendered by ``_autograde_with_feedback``."""
         if not students:
             return
-        selection = ["--student", students[0]] if len(students) == 1 else []
-        completed = self.workspace.run_nbgrader("generate_feedback", self.lab, *selection, "--force", timeout=1800)
+        if failed is None:
+            selection = ["--student", students[0]] if len(students) == 1 else []
+            completed = self.workspace.run_nbgrader("generate_feedback", self.lab, *selection, "--force", timeout=1800)
+            failed = completed.returncode != 0
         for student in students:
             feedback_dir = self.workspace.path("feedback", student, self.lab)
             target = self.out_dir / "feedback" / student / self.lab
@@ -211,7 +244,7 @@ class Grader:
                     shutil.copy2(html, target / html.name)
                     notebook.feedback = str((target / html.name).relative_to(self.out_dir))
                     written = True
-            if not written and completed.returncode != 0:
+            if not written and failed:
                 results[student].problems.append("feedback HTML could not be generated (nbgrader generate_feedback failed)")
 
 
@@ -231,69 +264,3 @@ def build_editions(editions_dir: Path, labs: list[str], known_labs: list[str]) -
     return editions
 
 
-def grade(submissions_dir: Path, out_dir: Path, *, solutions_dir: Path, known_labs: list[str],
-          only_lab: str | None = None, timeout: int = 120, workspace_dir: Path | None = None, jobs: int = 1,
-          on_progress: Callable[[Submission, LabResult | None], None] | None = None
-          ) -> tuple[list[LabResult], list[str], list[Workspace]]:
-    """Grade every submission; returns the results (in discovery order), the folders that were not
-    graded, and the workspaces used.
-
-    ``jobs`` > 1 grades that many submissions at once, each worker in a workspace (and gradebook)
-    of its own, so their nbgrader processes never contend for one database.
-    """
-    if jobs < 1:
-        raise GradingError(f"jobs must be at least 1, got {jobs}")
-    discovery = discover_submissions(submissions_dir, known_labs, only_lab)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    jobs = max(1, min(jobs, len(discovery.submissions)))
-    scratch = Path(workspace_dir) if workspace_dir is not None else Path(tempfile.mkdtemp(prefix="course-grading-"))
-    workspaces = [Workspace.create(scratch / f"worker-{index}", timeout=timeout) for index in range(jobs)]
-    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
-    if threads is not None:  # the workers' kernels share the cores
-        for workspace in workspaces:
-            workspace.kernel_threads = threads
-    editions = build_editions(scratch / "editions", [s.lab for s in discovery.submissions], known_labs)
-    hidden = [out_dir.resolve(), submissions_dir.resolve(), solutions_dir.resolve()]
-    shares = [discovery.submissions[index::jobs] for index in range(jobs)]
-    results: dict[int, LabResult] = {}
-    position = {id(submission): index for index, submission in enumerate(discovery.submissions)}
-
-    def work(workspace: Workspace, share: list[Submission]) -> None:
-        for lab in sorted({submission.lab for submission in share}):
-            batch = [submission for submission in share if submission.lab == lab]
-            for submission in batch:
-                if on_progress:
-                    on_progress(submission, None)
-            settings = GradingSettings(editions[lab], workspace.root, hidden, gpu_available(), threads)
-            for submission, result in zip(batch, _grade_safely(solutions_dir, out_dir, workspace, lab, batch,
-                                                               settings)):
-                results[position[id(submission)]] = result
-                if on_progress:
-                    on_progress(submission, result)
-
-    if jobs == 1:
-        work(workspaces[0], shares[0])
-    else:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            for future in [pool.submit(work, ws, share) for ws, share in zip(workspaces, shares)]:
-                future.result()  # re-raise a GradingError (a broken lab) from any worker
-    return [results[index] for index in sorted(results)], discovery.problems, workspaces
-
-
-def _grade_safely(solutions_dir: Path, out_dir: Path, workspace: Workspace, lab: str,
-                  batch: list[Submission], settings: GradingSettings) -> list[LabResult]:
-    try:
-        return Grader(solutions_dir, out_dir, workspace, lab, settings).grade_all(batch)
-    except GradingError:
-        raise  # the lab itself is broken (generate_assignment failed): no grade would be fair
-    except Exception as error:  # anything else is a grading bug; report it per submission, keep the batch
-        sources = sorted((solutions_dir / lab).glob("*.ipynb"))
-        results = []
-        for submission in batch:
-            reason = f"grading crashed: {type(error).__name__}: {error}"
-            result = LabResult(submission.student, lab, problems=[reason])
-            for path in sources:
-                result.notebooks.append(missing_notebook(path.stem, nbformat.read(path, as_version=4),
-                                                         "grading failed", reason))
-            results.append(result)
-        return results

@@ -142,7 +142,11 @@ class Workspace:
 
     def run_nbgrader(self, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
         """Run one nbgrader command in the workspace; never raises on a non-zero exit."""
-        command = [sys.executable, "-m", "nbgrader", *args, f"--config={self.config_path}"]
+        return self.run_module("nbgrader", *args, f"--config={self.config_path}", timeout=timeout)
+
+    def run_module(self, module: str, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
+        """``python -m module args`` in the workspace, with the kernels' environment; never raises on a non-zero exit."""
+        command = [sys.executable, "-m", module, *args]
         return subprocess.run(
             command,
             cwd=self.root,

@@ -101,6 +101,20 @@ class LabResult:
         }
 
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "LabResult":
+        """The inverse of ``as_dict`` (derived fields such as score are recomputed, not read)."""
+        notebooks = [
+            NotebookResult(name=nb["name"], status=nb["status"], message=nb.get("message"),
+                           feedback=nb.get("feedback"),
+                           cells=[CellResult(c["grade_id"], float(c["points"]), float(c["max_points"]), c["status"],
+                                             c.get("reason")) for c in nb.get("cells", [])])
+            for nb in data.get("notebooks", [])
+        ]
+        return cls(student=data["student"], lab=data["lab"], notebooks=notebooks,
+                   timestamp=data.get("timestamp") or "", problems=list(data.get("problems", [])))
+
+
 def _first_lines(text: str, limit: int = 12) -> str:
     lines = [line.rstrip() for line in str(text).strip().splitlines()]
     return "\n".join(lines[:limit]) + ("\n..." if len(lines) > limit else "")
