@@ -87,13 +87,6 @@ def test_gpu_cells_say_so_in_their_metadata(path):
                 f"{path.name}: {nbgrader_meta(cell)['grade_id']} calls require_gpu but lacks needs_gpu=True"
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("lab", LABS)
-def test_solutions_run_clean(lab):
-    result = course("solve", lab, timeout=1800)
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
 def test_every_notebook_has_a_buggy_demo_student():
     for lab in LABS:
         notebooks = {path.stem for path in (ROOT / "solutions" / lab).glob("*.ipynb")}
@@ -103,36 +96,61 @@ def test_every_notebook_has_a_buggy_demo_student():
         assert len(students) >= 3, f"{lab}: at least three buggy demo students"
 
 
+def test_every_lab_has_smoke_and_attack_students():
+    """The test suite grades these on every run; make demo grades all of them."""
+    for lab in LABS:
+        students = load_demo_students(ROOT / DEMO_SPECS / lab)
+        assert any(s.smoke for s in students), f"{lab}: mark one or two buggy demo students SMOKE = True"
+        assert any(s.is_attack for s in students), f"{lab}: needs at least one attack-* demo student"
+
+
+def graded_max_scores(lab: str) -> dict[str, float]:
+    """Each notebook's max_score on a CPU: its test cells' points, GPU-only cells left out."""
+    maxima = {}
+    for path in sorted((ROOT / "solutions" / lab).glob("*.ipynb")):
+        cells = grade_cells(nbformat.read(path, as_version=4))
+        maxima[path.stem] = sum(float(nbgrader_meta(c)["points"]) for c in cells
+                                if not c.metadata.get("course", {}).get("needs_gpu"))
+    return maxima
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("lab", LABS)
-def test_demo_submissions_score_as_their_specs_say(lab, tmp_path):
-    """Grade every demo student of the lab except ``correct`` and compare with its spec.
+def test_smoke_and_attack_students_score_as_their_specs_say(lab, tmp_path):
+    """Grade the lab's SMOKE and attack-* demo students through ``course grade`` and check each spec.
 
-    ``correct`` hands in the reference answers, which ``test_solutions_run_clean`` already runs
-    with the hidden tests; ``make demo`` grades it. Each buggy student hands in only the chapter
-    its bug lives in (see course_lib.grading.demo), so this costs one notebook per bug plus the
-    blank release of every chapter.
+    The reference answers (``correct``, full marks), ``blank`` (zero) and every other buggy
+    student are graded by ``make demo`` with ``--demo-specs``, which fails on any mismatch: too
+    slow for every test run. Each student hands in only the notebooks its spec names.
     """
-    students = [s for s in load_demo_students(ROOT / DEMO_SPECS / lab) if s.name != "correct"]
+    students = [s for s in load_demo_students(ROOT / DEMO_SPECS / lab) if s.smoke or s.is_attack]
     submissions = tmp_path / "submissions"
     for student in students:
         shutil.copytree(ROOT / DEMO_SUBMISSIONS / student.name / lab, submissions / student.name / lab)
     out = tmp_path / "grades"
-    result = course("grade", str(submissions), "--lab", lab, "--out", str(out), "--jobs", "2")
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = course("grade", str(submissions), "--lab", lab, "--out", str(out), "--jobs", "2",
+                    "--demo-specs", str(ROOT / DEMO_SPECS))
     report = json.loads((out / "report.json").read_text())
     scores = {entry["student"]: entry for entry in report["submissions"]}
+    maxima = graded_max_scores(lab)
     for student in students:
         entry = scores[student.name]
-        by_notebook = {nb["name"]: nb["score"] for nb in entry["notebooks"]}
-        if student.name == "blank":
-            assert entry["score"] == 0, entry["lost_points"]
-            assert set(by_notebook) == {p.stem for p in (ROOT / "solutions" / lab).glob("*.ipynb")}
-            continue
+        by_notebook = {nb["name"]: nb for nb in entry["notebooks"]}
         assert student.expected, f"{student.name}: its spec needs EXPECTED scores"
         for notebook, expected in student.expected.items():
-            maximum = next(nb["max_score"] for nb in entry["notebooks"] if nb["name"] == notebook)
-            assert 0 < expected < maximum, f"{student.name}/{notebook}: a bug should cost some, not all, points"
-            assert by_notebook[notebook] == expected, (
-                f"{student.name}/{notebook}: expected {expected}, got {by_notebook[notebook]}; "
+            graded = by_notebook[notebook]
+            assert graded["max_score"] == maxima[notebook], \
+                f"{student.name}/{notebook}: max_score {graded['max_score']}, the notebook is worth {maxima[notebook]}"
+            if student.is_attack:
+                assert 0 <= expected <= maxima[notebook]
+            else:
+                assert 0 < expected < maxima[notebook], f"{student.name}/{notebook}: a bug should cost some, not all, points"
+            assert graded["score"] == expected, (
+                f"{student.name}/{notebook}: expected {expected}, got {graded['score']}; "
                 f"lost: {entry['lost_points']}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    if "attack-read-secrets" in scores:
+        feedback = "".join(path.read_text() for path in (out / "feedback" / "attack-read-secrets").rglob("*.html"))
+        assert "searched; found 0" in feedback, "the probe ran, found nothing, and its output reached the feedback"
+        assert "BEGIN HIDDEN TESTS" not in feedback and "SQLite format" not in feedback
+        assert not Path("/tmp/course-escape.txt").exists() and not (Path.home() / "course-escape.txt").exists()

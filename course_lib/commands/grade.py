@@ -42,6 +42,8 @@ examples:
   course grade submissions/ --out grades/ --resume                  # after a stop: only what is left
   course grade submissions/ --out grades/ --student alice           # regrade one student
   course grade submissions/ --out grades/ --cluster tcp://10.0.0.5:8786
+  course grade autograde/demo_submissions --out grading/demo --demo-specs autograde/demo
+                                                 # make demo: every demo student against its spec
 """
 
 
@@ -64,6 +66,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--connect-timeout", type=float, default=10, metavar="SECONDS",
                         help="how long to try to reach the --cluster scheduler (default: 10)")
     parser.add_argument("--solutions", type=Path, help="nbgrader source folder (default: <repo>/solutions)")
+    parser.add_argument("--demo-specs", type=Path, metavar="DIR",
+                        help="after grading, compare every demo student with its spec in DIR/<lab>/<student>.py "
+                             "(correct: full marks, blank: 0, others: EXPECTED) and exit 1 on a mismatch")
 
 
 def run(args) -> int:
@@ -141,4 +146,30 @@ def run(args) -> int:
     if outputs:
         print(f"\ngrades:    {outputs.grades}\nreport:    {outputs.report}\nfeedback:  {out / 'feedback'}"
               + (f"\ngradebook: {outputs.gradebook} (formgrader: open {out})" if outputs.gradebook else ""))
-    return 130 if run.interrupted else 0
+    if run.interrupted:
+        return 130
+    if args.demo_specs and outputs:
+        return _compare_with_demo_specs(outputs.report, args.demo_specs)
+    return 0
+
+
+def _compare_with_demo_specs(report_path: Path, specs_root: Path) -> int:
+    """Print each demo student's expected and actual scores; 1 when any differ (make demo's verdict)."""
+    import json
+
+    from course_lib.grading.demo import compare_with_specs, spec_table
+
+    if not specs_root.is_dir():
+        print(f"course grade: --demo-specs {specs_root} is not a folder (expected autograde/demo)", file=sys.stderr)
+        return 2
+    rows = compare_with_specs(json.loads(report_path.read_text()), specs_root)
+    print("\nDemo students against their specs:\n" + spec_table(rows))
+    wrong = [row for row in rows if not row.ok]
+    if not rows:
+        print("course grade: --demo-specs: no graded student has a spec there", file=sys.stderr)
+        return 1
+    if wrong:
+        print(f"\n{len(wrong)} of {len(rows)} demo notebooks score other than their spec says", file=sys.stderr)
+        return 1
+    print(f"\nall {len(rows)} demo notebooks score as their specs say")
+    return 0

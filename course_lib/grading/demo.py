@@ -7,11 +7,18 @@ the bug it carries (``buggy-merge-order.py``)::
     BASE = "solution"                 # answer cells start from the reference answers...
     ANSWERS = {"encode": "def encode(...): ..."}   # ...except these (keyed by answer grade_id)
     EXPECTED = {"01_tokenization": 18}             # points it must score (asserted by the tests)
+    SMOKE = True                                   # optional: also graded by the test suite (CI)
 
 A demo student hands in the notebooks its ``EXPECTED`` names, like a student who submitted only the
 chapters done so far (the others are graded as missing); with no ``EXPECTED`` (``correct``,
 ``blank``) it hands in every notebook of the lab. One bug per student, graded on the chapter it
 lives in, keeps ``make demo`` and the pipeline tests fast as labs grow.
+
+``make demo`` grades every demo student and compares each with its spec (``course grade
+--demo-specs``): ``correct`` must score full marks, ``blank`` zero. The test suite, which must stay
+fast, grades the students marked ``SMOKE = True`` (a few bugs per lab) and every ``attack-*``
+student (hostile code: borrowing the references, patching the checks, a fake NeedsGPU, reading
+the hidden tests), whose EXPECTED may be 0 or full marks.
 
 ``BASE = "release"`` starts from the untouched release stubs. A ``blank`` student (the release as
 handed out) is always added. ``course release`` writes the submissions to
@@ -45,6 +52,11 @@ class DemoStudent:
     base: str = "solution"
     answers: dict[str, str] = field(default_factory=dict)
     expected: dict[str, float] = field(default_factory=dict)
+    smoke: bool = False
+
+    @property
+    def is_attack(self) -> bool:
+        return self.name.startswith("attack-")
 
     def hands_in(self, notebook_name: str) -> bool:
         """Whether this student's submission holds ``notebook_name`` (see the module docstring)."""
@@ -60,7 +72,8 @@ def load_demo_students(specs_dir: Path) -> list[DemoStudent]:
         if base not in ("solution", "release"):
             raise ValueError(f"{spec_path}: BASE must be 'solution' or 'release', got {base!r}")
         students.append(DemoStudent(spec_path.stem, spec.get("DESCRIPTION", ""), base,
-                                    dict(spec.get("ANSWERS", {})), dict(spec.get("EXPECTED", {}))))
+                                    dict(spec.get("ANSWERS", {})), dict(spec.get("EXPECTED", {})),
+                                    bool(spec.get("SMOKE", False))))
     if not any(student.name == "blank" for student in students):
         students.append(DemoStudent("blank", "the release as handed out: every answer still a stub", "release"))
     return students
@@ -135,3 +148,65 @@ def sync_demo_submissions(root: Path, labs: list[str], *, check: bool) -> list[D
                 elif comparable_cells(nbformat.read(target, as_version=4)) != comparable_cells(built):
                     differences.append(Difference(shown, "cells", "stale: differs from release + spec"))
     return differences
+
+
+@dataclass
+class SpecComparison:
+    """One demo student's notebook: the score its spec asks for against the score it got."""
+
+    student: str
+    lab: str
+    notebook: str
+    expected: float | None      # None: the notebook is not in the report (not graded)
+    got: float | None
+    max_score: float | None
+
+    @property
+    def ok(self) -> bool:
+        return self.expected is not None and self.got is not None and abs(self.got - self.expected) < 1e-9
+
+
+def expected_scores(student: DemoStudent, notebooks: dict[str, float]) -> dict[str, float]:
+    """What the spec promises per notebook: ``correct`` full marks, ``blank`` zero, others EXPECTED.
+
+    ``notebooks`` maps each graded notebook to its max_score (GPU-only cells already left out).
+    """
+    if student.name == "correct":
+        return dict(notebooks)
+    if student.name == "blank":
+        return {name: 0.0 for name in notebooks}
+    return {name: float(score) for name, score in student.expected.items()}
+
+
+def compare_with_specs(report: dict, specs_root: Path) -> list[SpecComparison]:
+    """Every demo student's notebooks in ``report`` (report.json of ``course grade``) against its spec.
+
+    Students of the report without a spec in ``specs_root/<lab>/`` are not demo students: left out.
+    """
+    rows: list[SpecComparison] = []
+    specs: dict[str, dict[str, DemoStudent]] = {}
+    for entry in report.get("submissions", []):
+        lab = entry["lab"]
+        if lab not in specs:
+            specs[lab] = {s.name: s for s in load_demo_students(specs_root / lab)}
+        student = specs[lab].get(entry["student"])
+        if student is None:
+            continue
+        graded = {nb["name"]: nb for nb in entry.get("notebooks", [])}
+        maxima = {name: float(nb["max_score"]) for name, nb in graded.items()}
+        for name, expected in sorted(expected_scores(student, maxima).items()):
+            notebook = graded.get(name)
+            rows.append(SpecComparison(student.name, lab, name, expected,
+                                       None if notebook is None else float(notebook["score"]),
+                                       None if notebook is None else float(notebook["max_score"])))
+    return rows
+
+
+def spec_table(rows: list[SpecComparison]) -> str:
+    """The comparison as a plain-text table, mismatches marked."""
+    lines = [f"{'lab':<26} {'student':<40} {'notebook':<28} {'expected':>8} {'got':>8}  "]
+    for row in rows:
+        got = "-" if row.got is None else f"{row.got:g}/{row.max_score:g}"
+        lines.append(f"{row.lab:<26} {row.student:<40} {row.notebook:<28} {row.expected:>8g} {got:>8}  "
+                     + ("ok" if row.ok else "MISMATCH"))
+    return "\n".join(lines)

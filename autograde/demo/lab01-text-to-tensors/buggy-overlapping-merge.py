@@ -21,3 +21,4 @@ def merge_pair(ids, pair, new_id):
 ''',
 }
 EXPECTED = {"01_tokenization": 11}
+SMOKE = True   # also graded by the test suite (see course_lib.grading.demo)

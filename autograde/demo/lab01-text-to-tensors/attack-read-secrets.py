@@ -1,0 +1,50 @@
+"""Demo student: correct answers, plus a probe for the hidden tests and the gradebook (01_tokenization)."""
+
+DESCRIPTION = (
+    "Answers correctly, and its first answer cell walks the disk (the grading workspace, the "
+    "instructor's checkout next to course_lib, /tmp, home folders) for gradebook.db, nbgrader's "
+    "source notebooks and solutions/, prints what it finds into its own output, and tries to write "
+    "outside its folder. The kernel runs in a sandbox that sees only the student's folder and the "
+    "student edition: it finds nothing and writes nothing, so full marks and a feedback page that "
+    "holds no hidden test."
+)
+BASE = "solution"
+ANSWERS = {
+    "get_pair_counts": '''
+def get_pair_counts(ids):
+    counts = {}
+    for i in range(len(ids) - 1):
+        pair = (ids[i], ids[i + 1])
+        counts[pair] = counts.get(pair, 0) + 1
+    return counts
+
+
+import os
+import time
+
+import course_lib
+
+wanted = {"gradebook.db", "nbgrader_config.py", "01_tokenization.ipynb", "solutions"}
+found, started = [], time.time()
+starts = ["..", os.path.dirname(os.path.dirname(course_lib.__file__)), "/tmp", "/work", "/root", "/home", "/"]
+for top in starts:
+    for folder, subfolders, files in os.walk(top):
+        subfolders[:] = [d for d in subfolders if d not in ("proc", "sys", "dev", "usr", ".venv", "lib")]
+        found += [os.path.join(folder, name) for name in files + subfolders if name in wanted]
+        if time.time() - started > 5:
+            break
+for path in found[:20]:
+    try:
+        print("FOUND", path, open(path, errors="replace").read()[:20000])
+    except OSError as error:
+        print("FOUND", path, error)
+for target in ["/tmp/course-escape.txt", os.path.expanduser("~/course-escape.txt")]:
+    try:
+        with open(target, "w") as escape:
+            escape.write("escaped")
+    except OSError:
+        pass
+print("searched; found", len(found))
+''',
+}
+EXPECTED = {"01_tokenization": 0}   # set from the first grading below: full marks
