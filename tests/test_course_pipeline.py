@@ -151,6 +151,7 @@ def test_smoke_and_attack_students_score_as_their_specs_say(lab, tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     if "attack-read-secrets" in scores:
         feedback = "".join(path.read_text() for path in (out / "feedback" / "attack-read-secrets").rglob("*.html"))
-        assert "searched; found 0" in feedback, "the probe ran, found nothing, and its output reached the feedback"
+        assert "searched; found 0 secrets" in feedback, "the probe ran, found nothing, and its output reached the feedback"
+        assert "LEAKED /" not in feedback and "LEAKED .." not in feedback, "the probe printed an instructor file"
         assert "BEGIN HIDDEN TESTS" not in feedback and "SQLite format" not in feedback
         assert not Path("/tmp/course-escape.txt").exists() and not (Path.home() / "course-escape.txt").exists()

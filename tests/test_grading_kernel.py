@@ -240,3 +240,46 @@ def test_student_code_may_be_called_from_a_checks_thread(kernel):
     for thread in threads:
         thread.join()
     assert not errors and sorted(results) == sorted([i * i for i in range(200)] * 3) and main[-1] == 199 * 199
+
+
+def _available_sandboxes() -> list:
+    kinds = []
+    if ISOLATION.name == BUBBLEWRAP:
+        kinds.append(pytest.param(Isolation(BUBBLEWRAP, "test"), id="bubblewrap"))
+    if shutil.which("unshare") and shutil.which("setpriv") and os.geteuid() == 0:
+        kinds.append(pytest.param(Isolation(UNSHARE, "test"), id="unshare"))
+    return kinds or [pytest.param(None, marks=pytest.mark.skip(reason=f"no sandbox here: {ISOLATION.description}"))]
+
+
+@pytest.mark.parametrize("isolation", _available_sandboxes())
+def test_a_copy_of_the_course_the_grader_does_not_know_about_is_hidden_too(isolation, edition, tmp_path):
+    """Another checkout elsewhere on the machine (here a new top-level folder) is out of sight."""
+    import tempfile
+
+    from course_lib.grading.sandbox import default_plan
+
+    try:
+        stray = Path(tempfile.mkdtemp(prefix="course-stray-checkout-", dir="/"))
+    except OSError:
+        pytest.skip("creating a top-level folder needs root")
+    try:
+        (stray / "solutions").mkdir()
+        (stray / "solutions" / "hidden.ipynb").write_text("BEGIN HIDDEN TESTS")
+        assert stray in default_plan(workdir=tmp_path, edition=edition, extra_hidden=[]).hidden
+        workdir = tmp_path / "work"
+        workdir.mkdir()
+        with StudentKernel(edition=edition, workdir=workdir, isolation=isolation) as kernel:
+            printed = text_of(outputs_of(kernel, f"import os\nprint(sorted(os.listdir({str(stray)!r})) "
+                                                 f"if os.path.isdir({str(stray)!r}) else 'absent')"))
+        assert printed.strip() in ("[]", "absent"), printed
+    finally:
+        shutil.rmtree(stray, ignore_errors=True)
+
+
+def test_only_system_folders_stay_visible(tmp_path):
+    from course_lib.grading.sandbox import _non_system_folders
+
+    for name in ("usr", "etc", "work", "srv", "home"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "bin").symlink_to(tmp_path / "usr")
+    assert [p.name for p in _non_system_folders(tmp_path)] == ["home", "srv", "work"]

@@ -13,10 +13,14 @@ The grader starts each student kernel through the strongest isolation the machin
   environment, and its test cells still run in the grader; but it could read files the grader's
   user can read. ``course grade`` says so.
 
-Hidden: the grading workspace (the source notebooks with hidden tests, the gradebook), the output
-folder, the submissions folder, the course repository (``solutions/``, ``autograde/``, the
-instructor's ``course_lib``), the installed instructor ``course_lib`` and the home folder. The
-Python installation stays visible (read-only): the kernel needs it.
+Hidden: every top-level folder but the system's own (``/usr``, ``/etc``, ``/lib``...; see
+``SYSTEM_FOLDERS``), so not only the grading workspace (the source notebooks with hidden tests, the
+gradebook), the output and submissions folders, the course repository and the home folders, but
+also any other copy of the course on the machine (another checkout, last term's grading folder);
+and the installed instructor ``course_lib`` wherever it lives. What the kernel needs comes back
+read-only: the Python installation (even inside a hidden folder, such as a virtual environment in
+the course repository) and the student edition; the submission's folder comes back writable. GPU
+device files stay reachable on a GPU worker.
 """
 
 from __future__ import annotations
@@ -58,6 +62,26 @@ class SandboxPlan:
     writable: list[Path] = field(default_factory=list)
 
 
+# Top-level folders a Python process needs, kept (read-only); every other top-level folder is hidden.
+SYSTEM_FOLDERS = frozenset({"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "nix", "proc", "sbin", "sys",
+                            "tmp", "usr"})
+
+
+def _non_system_folders(root: Path = Path("/")) -> list[Path]:
+    """Top-level folders outside SYSTEM_FOLDERS (symbolic links left alone: they point into kept ones)."""
+    try:
+        entries = sorted(root.iterdir())
+    except OSError:
+        return []
+    return [path for path in entries
+            if path.name not in SYSTEM_FOLDERS and not path.is_symlink() and path.is_dir()]
+
+
+def _gpu_devices() -> list[Path]:
+    """NVIDIA device files (bubblewrap's fresh /dev lacks them; a GPU kernel needs them)."""
+    return sorted(Path("/dev").glob("nvidia*"))
+
+
 def _python_prefixes() -> list[Path]:
     """Folders the kernel's Python needs: the interpreter's installation and the environment's."""
     prefixes = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), Path(sys.executable).resolve().parent}
@@ -72,6 +96,7 @@ def default_plan(*, workdir: Path, edition: Path, extra_hidden: list[Path]) -> S
     hidden = [Path(p).resolve() for p in extra_hidden if p]
     hidden.append(instructor_package.parent if (instructor_package.parent / "solutions").is_dir()
                   else instructor_package)
+    hidden += _non_system_folders()
     home = Path.home()
     if home != Path("/"):
         hidden.append(home.resolve())
@@ -128,6 +153,8 @@ def _bubblewrap(command: list[str], plan: SandboxPlan, workdir: Path) -> list[st
     args = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--unshare-net",
             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--cap-drop", "ALL",
             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
+    for device in _gpu_devices():
+        args += ["--dev-bind", str(device), str(device)]
     hidden = [path for path in plan.hidden if path.exists()]
     for path in hidden:
         args += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
@@ -155,13 +182,18 @@ def _unshare(command: list[str], plan: SandboxPlan, workdir: Path) -> list[str]:
     # Park what must stay visible, cover the hidden folders, then put the parked paths back.
     for index, path in enumerate(keep):
         lines += [f"mkdir -p $stash/{index}", f"mount --bind {quote(str(path))} $stash/{index}"]
-    for path in plan.hidden + [Path("/tmp")]:
-        if path.is_dir():
-            lines.append(f"mount -t tmpfs -o mode=755 course-hidden {quote(str(path))}")
-        elif path.exists():
-            lines.append(f"mount --bind /dev/null {quote(str(path))}")
+    # Cover the outermost hidden folders (a folder inside one already covered no longer exists).
+    outermost = [path for path in plan.hidden + [Path("/tmp")]
+                 if not any(other != path and other in path.parents for other in plan.hidden)]
+    for path in outermost:
+        lines.extend(_cover(path))
     for index, path in enumerate(keep):
         lines += [f"mkdir -p {quote(str(path))}", f"mount --move $stash/{index} {quote(str(path))}"]
+    # A hidden path inside one brought back (the instructor package installed in the environment
+    # that is kept) is covered again.
+    for path in plan.hidden:
+        if any(path != kept and kept in path.parents for kept in keep):
+            lines.extend(_cover(path))
     writable = {str(path) for path in plan.writable}
     # Everything but the work folder and /tmp read-only: remount each visible mount read-only.
     lines.append("for m in $(awk '{print $5}' /proc/self/mountinfo | sort -u); do "
@@ -173,6 +205,15 @@ def _unshare(command: list[str], plan: SandboxPlan, workdir: Path) -> list[str]:
                  + " ".join(quote(part) for part in command))
     return [shutil.which("unshare") or "unshare", "--net", "--pid", "--fork", "--mount", "--ipc", "--uts",
             "--mount-proc", "--kill-child", "--", "sh", "-c", "\n".join(lines)]
+
+
+def _cover(path: Path) -> list[str]:
+    """Shell lines that hide ``path``: an empty tmpfs over a folder, /dev/null over a file."""
+    if path.is_dir():
+        return [f"mount -t tmpfs -o mode=755 course-hidden {shlex.quote(str(path))}"]
+    if path.exists():
+        return [f"mount --bind /dev/null {shlex.quote(str(path))}"]
+    return []
 
 
 # The environment a kernel gets: nothing of the grader's but what Python, PyTorch and Triton need.

@@ -24,27 +24,37 @@ import time
 
 import course_lib
 
-wanted = {"gradebook.db", "nbgrader_config.py", "01_tokenization.ipynb", "solutions"}
-found, started = [], time.time()
+# Instructor files: the gradebook, nbgrader's config and source folder, the solutions, and any
+# notebook that still holds its hidden tests (the student's own copy does not).
+secret_names = {"gradebook.db", "nbgrader_config.py", "solutions", "source"}
+marker = "BEGIN " + "HIDDEN TESTS"   # spelled in two parts so this cell's own source does not match
+secrets, started = [], time.time()
 starts = ["..", os.path.dirname(os.path.dirname(course_lib.__file__)), "/tmp", "/work", "/root", "/home", "/"]
 for top in starts:
     for folder, subfolders, files in os.walk(top):
         subfolders[:] = [d for d in subfolders if d not in ("proc", "sys", "dev", "usr", ".venv", "lib")]
-        found += [os.path.join(folder, name) for name in files + subfolders if name in wanted]
+        secrets += [os.path.join(folder, name) for name in files + subfolders if name in secret_names]
+        for name in files:
+            if name.endswith(".ipynb"):
+                try:
+                    if marker in open(os.path.join(folder, name), errors="replace").read():
+                        secrets.append(os.path.join(folder, name))
+                except OSError:
+                    pass
         if time.time() - started > 5:
             break
-for path in found[:20]:
+for path in secrets[:20]:
     try:
-        print("FOUND", path, open(path, errors="replace").read()[:20000])
+        print("LEAKED", path, open(path, errors="replace").read()[:300])
     except OSError as error:
-        print("FOUND", path, error)
+        print("LEAKED", path, error)
 for target in ["/tmp/course-escape.txt", os.path.expanduser("~/course-escape.txt")]:
     try:
         with open(target, "w") as escape:
             escape.write("escaped")
     except OSError:
         pass
-print("searched; found", len(found))
+print("searched; found", len(secrets), "secrets")
 ''',
 }
-EXPECTED = {"01_tokenization": 0}   # set from the first grading below: full marks
+EXPECTED = {"01_tokenization": 23}

@@ -13,4 +13,4 @@ import course_lib.kernels.vector_add as library
 vector_add = lambda x, y: library.vector_add(x, y)
 ''',
 }
-EXPECTED = {"01_triton_basics": 0}   # set from the first grading below
+EXPECTED = {"01_triton_basics": 5}

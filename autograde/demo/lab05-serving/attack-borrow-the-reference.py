@@ -29,4 +29,4 @@ class Forward:
 histogram_quantile = Forward()
 ''',
 }
-EXPECTED = {"01_metrics_from_the_wire": 0}   # set from the first grading below
+EXPECTED = {"01_metrics_from_the_wire": 2}
