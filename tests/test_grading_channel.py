@@ -140,6 +140,33 @@ def test_tensors_cross_by_value(dtype):
         assert view.tolist() == [0, 2, 4, 6, 8]
 
 
+def test_tensors_keep_their_strides():
+    """A kernel check hands strided views on purpose: they must arrive strided, not as contiguous copies."""
+    qkv = torch.randn(5, 3 * 4 * 8)
+    views = {
+        "q slice of fused qkv": qkv[:, 32:64].view(5, 4, 8),
+        "transposed": torch.randn(6, 7).t(),
+        "expanded row (stride 0)": torch.randn(1, 9).expand(4, 9),
+        "every other column": torch.randn(4, 10)[:, ::2],
+        "offset into storage": torch.arange(40.0)[17:25],
+    }
+    with channel_pair() as (grader, _, _):
+        for name, view in views.items():
+            back = grader.request("echo", view)
+            assert back.stride() == view.stride(), f"{name}: strides {back.stride()} != {view.stride()}"
+            assert back.is_contiguous() == view.is_contiguous(), name
+            assert torch.equal(back, view), name
+
+
+def test_a_tensor_whose_bytes_do_not_match_its_strides_is_refused():
+    from course_lib.grading.channel import ProtocolError, _rebuild_tensor
+
+    with pytest.raises(ProtocolError, match="needs 7 elements"):
+        _rebuild_tensor("float32", (2, 3), bytes(4 * 6), (4, 1))          # reaches 7 elements, 6 sent
+    with pytest.raises(ProtocolError, match="bad strides"):
+        _rebuild_tensor("float32", (2, 3), bytes(4 * 6), (-3, 1))
+
+
 def test_numpy_and_stdlib_containers_become_plain():
     with channel_pair() as (grader, _, _):
         assert np.array_equal(grader.request("echo", np.arange(6).reshape(2, 3)), np.arange(6).reshape(2, 3))

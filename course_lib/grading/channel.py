@@ -37,6 +37,7 @@ import enum
 import importlib
 import io
 import itertools
+import math
 import os
 import pickle
 import pickletools
@@ -269,9 +270,7 @@ def _torch_pid(obj: Any) -> tuple | None:
     if isinstance(obj, torch.Tensor):
         if obj.layout is not torch.strided or obj.is_quantized:
             raise TypeError(f"only dense tensors cross the channel, got layout {obj.layout}")
-        tensor = obj.detach().to("cpu").contiguous()
-        raw = tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
-        return ("tensor", str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape), raw)
+        return _encode_tensor(obj.detach())
     if isinstance(obj, torch.Size):
         return ("tuple", tuple(obj))
     if isinstance(obj, torch.dtype):
@@ -279,6 +278,29 @@ def _torch_pid(obj: Any) -> tuple | None:
     if isinstance(obj, torch.device):
         return ("device", str(obj))
     return None
+
+
+def _storage_span(shape: tuple[int, ...], stride: tuple[int, ...]) -> int:
+    """Storage elements a view of ``shape`` and ``stride`` reaches, from its first element on."""
+    if any(size == 0 for size in shape):
+        return 0
+    return 1 + sum((size - 1) * step for size, step in zip(shape, stride))
+
+
+def _encode_tensor(tensor) -> tuple:
+    """A tensor as its dtype, shape, strides, device and the storage bytes its view reaches.
+
+    Strides cross as they are: a check that hands a kernel a strided view (a slice of a fused QKV
+    tensor, a transposed matrix, an expanded row) must test the kernel on that layout, not on a
+    contiguous copy. So does the device: a CUDA tensor stays on the GPU of a GPU worker.
+    """
+    import torch
+
+    shape, stride = tuple(tensor.shape), tuple(tensor.stride())
+    span = _storage_span(shape, stride)
+    region = torch.as_strided(tensor, (span,), (1,)).to("cpu").contiguous() if span else tensor.new_empty(0, device="cpu")
+    raw = region.view(torch.uint8).numpy().tobytes() if span else b""
+    return ("tensor", str(tensor.dtype).removeprefix("torch."), shape, raw, stride, str(tensor.device))
 
 
 def _numpy_pid(obj: Any) -> tuple | None:
@@ -306,16 +328,40 @@ def _describe(obj: Any, methods: tuple[str, ...] | None = None) -> dict:
     return info
 
 
-def _rebuild_tensor(dtype_name: str, shape: tuple, raw: bytes):
+def _rebuild_tensor(dtype_name: str, shape: tuple, raw: bytes, stride: tuple | None = None,
+                    device_name: str = "cpu"):
+    """The tensor ``_encode_tensor`` described: same dtype, shape, strides, and device when this side has it."""
     import torch
 
     dtype = getattr(torch, dtype_name, None)
     if not isinstance(dtype, torch.dtype):
         raise ProtocolError(f"unknown tensor dtype {dtype_name!r}")
-    if not raw:
-        return torch.empty(shape, dtype=dtype)
-    flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
-    return flat.view(dtype).reshape(shape)
+    shape = tuple(int(size) for size in shape)
+    stride = tuple(int(step) for step in stride) if stride is not None else None
+    if stride is not None and (len(stride) != len(shape) or any(step < 0 for step in stride)):
+        raise ProtocolError(f"bad strides {stride} for shape {shape}")
+    device = _receiving_device(device_name)
+    span = _storage_span(shape, stride) if stride is not None else math.prod(shape)
+    if not raw or span == 0:
+        return torch.empty(shape, dtype=dtype, device=device)
+    flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype)
+    if flat.numel() != span:
+        raise ProtocolError(f"a tensor of shape {shape} and strides {stride} needs {span} elements, got {flat.numel()}")
+    flat = flat.to(device)
+    return flat.as_strided(shape, stride) if stride is not None else flat.reshape(shape)
+
+
+def _receiving_device(device_name: str):
+    """``device_name`` if this process can use it (a CUDA tensor on a GPU worker), else the CPU."""
+    import torch
+
+    try:
+        device = torch.device(device_name)
+    except (RuntimeError, TypeError):
+        raise ProtocolError(f"unknown device {device_name!r}") from None
+    if device.type == "cuda" and torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count():
+        return device
+    return torch.device("cpu")
 
 
 def _rebuild_ndarray(dtype_str: str, shape: tuple, raw: bytes):
