@@ -96,12 +96,12 @@ def test_every_notebook_has_a_buggy_demo_student():
         assert len(students) >= 3, f"{lab}: at least three buggy demo students"
 
 
-def test_every_lab_has_smoke_and_attack_students():
-    """The test suite grades these on every run; make demo grades all of them."""
+def test_every_lab_has_an_attack_student():
+    """The test suite grades these on every run; make demo grades every demo student."""
     for lab in LABS:
         students = load_demo_students(ROOT / DEMO_SPECS / lab)
-        assert any(s.smoke for s in students), f"{lab}: mark one or two buggy demo students SMOKE = True"
-        assert any(s.is_attack for s in students), f"{lab}: needs at least one attack-* demo student"
+        assert any(s.name == "attack-borrow-the-reference" for s in students), \
+            f"{lab}: needs an attack-borrow-the-reference demo student"
 
 
 def graded_max_scores(lab: str) -> dict[str, float]:
@@ -114,44 +114,53 @@ def graded_max_scores(lab: str) -> dict[str, float]:
     return maxima
 
 
+@pytest.fixture(scope="module")
+def attacks_graded(tmp_path_factory):
+    """Every lab's attack-* demo students, graded in one ``course grade`` run (one Dask pool for all)."""
+    root = tmp_path_factory.mktemp("attacks")
+    for lab in LABS:
+        for student in load_demo_students(ROOT / DEMO_SPECS / lab):
+            if student.is_attack:
+                shutil.copytree(ROOT / DEMO_SUBMISSIONS / student.name / lab, root / "submissions" / student.name / lab)
+    out = root / "grades"
+    result = course("grade", str(root / "submissions"), "--out", str(out), "--jobs", "2",
+                    "--demo-specs", str(ROOT / DEMO_SPECS))
+    return result, out
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("lab", LABS)
-def test_smoke_and_attack_students_score_as_their_specs_say(lab, tmp_path):
-    """Grade the lab's SMOKE and attack-* demo students through ``course grade`` and check each spec.
+def test_attack_students_score_as_their_specs_say(lab, attacks_graded):
+    """Hostile submissions of every lab, graded through ``course grade``, each against its spec.
 
-    The reference answers (``correct``, full marks), ``blank`` (zero) and every other buggy
-    student are graded by ``make demo`` with ``--demo-specs``, which fails on any mismatch: too
-    slow for every test run. Each student hands in only the notebooks its spec names.
+    The reference answers (``correct``, full marks), ``blank`` (zero) and every buggy student are
+    graded by ``make demo`` with ``--demo-specs``, which fails on any mismatch: too slow for every
+    test run. Each student hands in only the notebooks its spec names.
     """
-    students = [s for s in load_demo_students(ROOT / DEMO_SPECS / lab) if s.smoke or s.is_attack]
-    submissions = tmp_path / "submissions"
-    for student in students:
-        shutil.copytree(ROOT / DEMO_SUBMISSIONS / student.name / lab, submissions / student.name / lab)
-    out = tmp_path / "grades"
-    result = course("grade", str(submissions), "--lab", lab, "--out", str(out), "--jobs", "2",
-                    "--demo-specs", str(ROOT / DEMO_SPECS))
+    result, out = attacks_graded
     report = json.loads((out / "report.json").read_text())
-    scores = {entry["student"]: entry for entry in report["submissions"]}
+    scores = {(entry["student"], entry["lab"]): entry for entry in report["submissions"]}
     maxima = graded_max_scores(lab)
-    for student in students:
-        entry = scores[student.name]
+    for student in [s for s in load_demo_students(ROOT / DEMO_SPECS / lab) if s.is_attack]:
+        entry = scores[(student.name, lab)]
         by_notebook = {nb["name"]: nb for nb in entry["notebooks"]}
         assert student.expected, f"{student.name}: its spec needs EXPECTED scores"
         for notebook, expected in student.expected.items():
             graded = by_notebook[notebook]
             assert graded["max_score"] == maxima[notebook], \
                 f"{student.name}/{notebook}: max_score {graded['max_score']}, the notebook is worth {maxima[notebook]}"
-            if student.is_attack:
-                assert 0 <= expected <= maxima[notebook]
-            else:
-                assert 0 < expected < maxima[notebook], f"{student.name}/{notebook}: a bug should cost some, not all, points"
+            assert 0 <= expected <= maxima[notebook]
             assert graded["score"] == expected, (
                 f"{student.name}/{notebook}: expected {expected}, got {graded['score']}; "
                 f"lost: {entry['lost_points']}")
     assert result.returncode == 0, result.stdout + result.stderr
-    if "attack-read-secrets" in scores:
-        feedback = "".join(path.read_text() for path in (out / "feedback" / "attack-read-secrets").rglob("*.html"))
-        assert "searched; found 0 secrets" in feedback, "the probe ran, found nothing, and its output reached the feedback"
-        assert "LEAKED /" not in feedback and "LEAKED .." not in feedback, "the probe printed an instructor file"
-        assert "BEGIN HIDDEN TESTS" not in feedback and "SQLite format" not in feedback
-        assert not Path("/tmp/course-escape.txt").exists() and not (Path.home() / "course-escape.txt").exists()
+
+
+@pytest.mark.slow
+def test_a_probe_for_the_hidden_tests_finds_nothing(attacks_graded):
+    _, out = attacks_graded
+    feedback = "".join(path.read_text() for path in (out / "feedback" / "attack-read-secrets").rglob("*.html"))
+    assert "searched; found 0 secrets" in feedback, "the probe ran, found nothing, and its output reached the feedback"
+    assert "LEAKED /" not in feedback and "LEAKED .." not in feedback, "the probe printed an instructor file"
+    assert "BEGIN HIDDEN TESTS" not in feedback and "SQLite format" not in feedback
+    assert not Path("/tmp/course-escape.txt").exists() and not (Path.home() / "course-escape.txt").exists()

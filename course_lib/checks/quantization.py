@@ -380,15 +380,14 @@ def check_gguf_blocks(student_q8_0: Callable, student_q4_1: Callable, source: st
             continue
         hint = hints[kind]
         if kind == "Q4_1":
-            blocks = raw.reshape(-1, 20)
-            scale = blocks[:, 0:2].contiguous().view(torch.float16).float()
-            minimum = blocks[:, 2:4].contiguous().view(torch.float16).float()
-            codes = blocks[:, 4:]
-            interleaved = torch.stack([codes & 0xF, codes >> 4], dim=-1).reshape(-1, 32).float()
-            if torch.allclose(got.reshape(-1, 32), interleaved * scale + minimum, rtol=1e-6, atol=1e-6):
+            # Diagnose from the right answer alone (the kit ships this file: it must not decode blocks).
+            per_block_expected, per_block_got = expected.reshape(-1, 32), got.reshape(-1, 32)
+            neighbours = per_block_expected.reshape(-1, 2, 16).transpose(1, 2).reshape(-1, 32)
+            offset = per_block_got - per_block_expected
+            if torch.allclose(per_block_got, neighbours, rtol=1e-6, atol=1e-6):
                 hint = ("the nibble order: Q4_1 stores weights j and j + 16 in byte j (low, high), not two "
                         "neighbours; take all 16 low nibbles first, then all 16 high nibbles.")
-            elif torch.allclose(got, expected - minimum.repeat_interleave(32, dim=0).reshape(expected.shape), atol=1e-6):
+            elif bool((offset.std(dim=1) < 1e-6).all()) and bool((offset.abs().amax(dim=1) > 0).any()):
                 hint = "add the block's minimum m (bytes 2-3, fp16): weight = d * code + m."
         fail(f"{call} differs from the gguf package by up to {float((got - expected).abs().max()):.3g}",
              expected=expected.flatten()[:6].tolist(), got=got.flatten()[:6].tolist(), hint=hint)

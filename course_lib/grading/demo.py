@@ -7,7 +7,6 @@ the bug it carries (``buggy-merge-order.py``)::
     BASE = "solution"                 # answer cells start from the reference answers...
     ANSWERS = {"encode": "def encode(...): ..."}   # ...except these (keyed by answer grade_id)
     EXPECTED = {"01_tokenization": 18}             # points it must score (asserted by the tests)
-    SMOKE = True                                   # optional: also graded by the test suite (CI)
 
 A demo student hands in the notebooks its ``EXPECTED`` names, like a student who submitted only the
 chapters done so far (the others are graded as missing); with no ``EXPECTED`` (``correct``,
@@ -16,9 +15,10 @@ lives in, keeps ``make demo`` and the pipeline tests fast as labs grow.
 
 ``make demo`` grades every demo student and compares each with its spec (``course grade
 --demo-specs``): ``correct`` must score full marks, ``blank`` zero. The test suite, which must stay
-fast, grades the students marked ``SMOKE = True`` (a few bugs per lab) and every ``attack-*``
-student (hostile code: borrowing the references, patching the checks, a fake NeedsGPU, reading
-the hidden tests), whose EXPECTED may be 0 or full marks.
+fast, grades every ``attack-*`` student (hostile code: borrowing the references, patching the
+checks, a fake NeedsGPU, reading the hidden tests), whose EXPECTED may be 0 or full marks; an
+attack that borrows some answers and writes the others is also the suite's check that a lab's
+reference answers pass under the grader.
 
 ``BASE = "release"`` starts from the untouched release stubs. A ``blank`` student (the release as
 handed out) is always added. ``course release`` writes the submissions to
@@ -52,7 +52,6 @@ class DemoStudent:
     base: str = "solution"
     answers: dict[str, str] = field(default_factory=dict)
     expected: dict[str, float] = field(default_factory=dict)
-    smoke: bool = False
 
     @property
     def is_attack(self) -> bool:
@@ -72,8 +71,7 @@ def load_demo_students(specs_dir: Path) -> list[DemoStudent]:
         if base not in ("solution", "release"):
             raise ValueError(f"{spec_path}: BASE must be 'solution' or 'release', got {base!r}")
         students.append(DemoStudent(spec_path.stem, spec.get("DESCRIPTION", ""), base,
-                                    dict(spec.get("ANSWERS", {})), dict(spec.get("EXPECTED", {})),
-                                    bool(spec.get("SMOKE", False))))
+                                    dict(spec.get("ANSWERS", {})), dict(spec.get("EXPECTED", {}))))
     if not any(student.name == "blank" for student in students):
         students.append(DemoStudent("blank", "the release as handed out: every answer still a stub", "release"))
     return students

@@ -101,15 +101,18 @@ def kit_plan(root: Path, labs: list[str] | None, unlock: list[str] | None) -> Ki
 # Fingerprints: is any answer of a locked exercise in the kit?
 # --------------------------------------------------------------------------------------------
 
-WINDOW = 3          # consecutive significant lines that make a fingerprint
+WINDOW = 4          # consecutive significant lines that make a fingerprint
 MIN_LINE_CHARS = 16  # shorter lines (return x, else:, pass) are too common to mean anything
+# Argument checks and shape unpacking are shared boilerplate, not answers: every function that takes
+# a prompt or attention inputs validates and unpacks them the same way.
+_BOILERPLATE = re.compile(r"^(raise \w+|if not isinstance\(|_check_\w+\(|[\w, ]+ = \w+\.shape$)")
 
 
 def _significant(line: str) -> str | None:
     """A code line reduced to what identifies it: comments and spacing dropped; None if too common."""
     text = line.split("#", 1)[0] if "#" in line and not re.search(r"[\"'].*#.*[\"']", line) else line
     text = re.sub(r"\s+", " ", text).strip()
-    if len(text) < MIN_LINE_CHARS or text.startswith(("\"\"\"", "'''", "raise NotImplementedError")):
+    if len(text) < MIN_LINE_CHARS or text.startswith(("\"\"\"", "'''")) or _BOILERPLATE.match(text):
         return None
     return text
 

@@ -45,13 +45,18 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+# The grading machinery (how the grader talks to a kernel) is loaded by every recording kernel but
+# decides none of the recorded values: a change there does not make the kits' recordings stale.
+_MACHINERY = "course_lib/grading/"
+
+
 def _inputs(root: Path, lab: str, module_files: list[str]) -> dict[str, str]:
     """{path relative to the repository: SHA-256} of what a lab's recording depends on."""
     paths = sorted((root / "solutions" / lab).glob("*.ipynb"))
     package = (root / "course_lib").resolve()
     for name in module_files:
         path = Path(name).resolve()
-        if package in path.parents:
+        if package in path.parents and not str(path.relative_to(root.resolve())).startswith(_MACHINERY):
             paths.append(path)
     return {str(path.resolve().relative_to(root.resolve())): _sha256(path) for path in sorted(set(paths))}
 
@@ -69,6 +74,8 @@ def stale_fixtures(root: Path, labs: list[str]) -> list[Difference]:
         if not any(name.startswith("solutions/") for name in inputs):
             differences.append(Difference(shown, "inputs", "records no solution notebooks"))
         for name, digest in sorted(inputs.items()):
+            if name.startswith(_MACHINERY):
+                continue
             current = root / name
             if not current.is_file():
                 differences.append(Difference(shown, "inputs", f"{name} no longer exists"))

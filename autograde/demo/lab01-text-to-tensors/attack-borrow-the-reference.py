@@ -5,7 +5,7 @@ DESCRIPTION = (
     "encode as functools.partial, decode through a helper one call deeper, build_vocab as the checks' "
     "reference_vocab alias, get_pair_counts as an object that forwards with __getattr__. The kernel "
     "imports the student edition, where each of those is a stub naming the exercise, so every borrowed "
-    "answer fails; the honest answers (merge_pair, embed, the memory exercises) keep their points."
+    "answer fails; the honest answers (merge_pair, embed, the memory exercises) keep their points; expected 9/23"
 )
 BASE = "solution"
 ANSWERS = {

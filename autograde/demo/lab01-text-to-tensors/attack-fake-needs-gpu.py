@@ -4,7 +4,7 @@ DESCRIPTION = (
     "Defines an exception class named NeedsGPU and raises it from every answer, hoping the grader "
     "reports 'skipped: needs a GPU' and drops the cells from max_score. The grader decides what "
     "needs a GPU from the notebook's metadata alone, so these are errors: 0 points, and the "
-    "notebook's max_score stays whole."
+    "notebook's max_score stays whole; expected 0/23"
 )
 BASE = "release"
 _RAISE = '''

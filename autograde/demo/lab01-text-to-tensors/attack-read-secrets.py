@@ -6,7 +6,7 @@ DESCRIPTION = (
     "source notebooks and solutions/, prints what it finds into its own output, and tries to write "
     "outside its folder. The kernel runs in a sandbox that sees only the student's folder and the "
     "student edition: it finds nothing and writes nothing, so full marks and a feedback page that "
-    "holds no hidden test."
+    "holds no hidden test; expected 23/23"
 )
 BASE = "solution"
 ANSWERS = {

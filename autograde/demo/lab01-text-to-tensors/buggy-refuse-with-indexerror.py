@@ -116,4 +116,3 @@ class BlockAllocator:
 ''',
 }
 EXPECTED = {'04_paging': 4}
-SMOKE = True   # also graded by the test suite (see course_lib.grading.demo)

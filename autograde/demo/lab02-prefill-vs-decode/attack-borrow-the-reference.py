@@ -4,7 +4,7 @@ DESCRIPTION = (
     "Hands in course_lib.checks.batching.reference_percentile (an alias the checks keep for "
     "themselves, invisible to the old name-based guard) as its percentile. In the student edition "
     "the reference behind it is a stub, so test_percentile fails; everything else is the reference "
-    "answer."
+    "answer; expected 7/13"
 )
 BASE = "solution"
 ANSWERS = {

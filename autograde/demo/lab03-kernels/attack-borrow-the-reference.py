@@ -3,7 +3,7 @@
 DESCRIPTION = (
     "Keeps the reference softmax but hands in course_lib.kernels.vector_add (through a lambda, so "
     "the object is not the library's) as its vector_add. In the student edition that kernel is a "
-    "stub naming the exercise: both vector_add cells fail."
+    "stub naming the exercise: both vector_add cells fail; expected 5/9"
 )
 BASE = "solution"
 ANSWERS = {

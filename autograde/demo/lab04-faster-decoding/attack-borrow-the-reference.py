@@ -3,7 +3,7 @@
 DESCRIPTION = (
     "Hands in course_lib.speculative.verify_draft and acceptance_probabilities behind small "
     "wrappers instead of writing them. In the student edition both are stubs naming the exercise, "
-    "so their cells fail; the rest of the notebook is the reference answer."
+    "so their cells fail; the rest of the notebook is the reference answer; expected 4/10"
 )
 BASE = "solution"
 ANSWERS = {

@@ -18,4 +18,3 @@ def acceptance_probabilities(draft_token_ids, draft_probs, target_probs):
 ''',
 }
 EXPECTED = {"03_speculative_sampling": 8}
-SMOKE = True   # also graded by the test suite (see course_lib.grading.demo)

@@ -3,7 +3,7 @@
 DESCRIPTION = (
     "Hands in course_lib.wire.parse_stream through a module attribute and histogram_quantile through "
     "an object that forwards with __getattr__. In the student edition both are stubs naming the "
-    "exercise: their cells fail, request_metrics (written honestly) keeps its points."
+    "exercise: their cells fail, request_metrics (written honestly) keeps its points; expected 2/7"
 )
 BASE = "solution"
 ANSWERS = {
