@@ -69,11 +69,11 @@ def _entry_problem(info: zipfile.ZipInfo) -> str | None:
         return "an empty or '.' part in its path"
     if "\x00" in name:
         return "a NUL character in its name"
-    mode = info.external_attr >> 16
-    if mode and stat.S_ISLNK(mode):
+    mode = info.external_attr >> 16   # Unix mode bits, when the zip was made on Unix
+    if stat.S_ISLNK(mode):
         return "a symbolic link"
-    if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        return "not a plain file or folder"
+    if stat.S_IFMT(mode) and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        return "a type that is not a plain file or folder (a device, a pipe)"
     if info.file_size > MAX_FILE_BYTES:
         return f"{info.file_size:,} bytes unpacked (at most {MAX_FILE_BYTES:,} per file)"
     return None
