@@ -166,6 +166,7 @@ def test_a_finished_notebook_is_ready_and_a_check_inside_it_does_not_recurse(cou
     assert [exercise.status for exercise in report.exercises] == [PASSED, PASSED, PASSED]
     assert report.other_errors == []   # the cell that calls check_notebook ran and did nothing
     assert "Hand it in as <student id>/lab00-handin/ch1.ipynb" in capsys.readouterr().out
+    assert repr(report) == "CheckReport(ch1.ipynb: visible tests worth 6 of 6 points pass; ready to hand in: yes)"
 
 
 def test_wrong_name_wrong_folder_copied_and_deleted_cells_are_named(course, manifest, tmp_path):
@@ -185,6 +186,13 @@ def test_wrong_name_wrong_folder_copied_and_deleted_cells_are_named(course, mani
     assert "test_add_one" in problems["copied cells"]
     assert "deleted: test_square_gpu" in problems["test cells"]
     assert "JSON" not in problems
+
+
+def test_a_path_relative_to_the_notebook_folder_is_checked_in_that_folder(course, manifest, tmp_path, monkeypatch):
+    path = _student(course, tmp_path / LAB, {})
+    monkeypatch.chdir(path.parent)   # a notebook cell's working folder
+    _, lab, name, checks = inspect_file(Path("ch1.ipynb"), manifest)
+    assert (lab, name) == (LAB, "ch1") and all(check.ok for check in checks), checks
 
 
 def test_a_file_that_is_not_a_notebook_is_not_run_and_fails_the_check(tmp_path, capsys):

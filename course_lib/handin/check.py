@@ -79,7 +79,7 @@ class ExerciseResult:
         return sum(test.points for test in self.tests if test.status == PASSED)
 
 
-@dataclass
+@dataclass(repr=False)
 class CheckReport:
     path: Path
     lab: str | None = None
@@ -103,6 +103,12 @@ class CheckReport:
     def text(self) -> str:
         return format_report(self)
 
+    def __repr__(self) -> str:   # what a notebook cell shows after the printed report: one line
+        passed = sum(ex.points_passed for ex in self.exercises)
+        stake = sum(ex.points for ex in self.exercises)
+        return (f"CheckReport({self.path.name}: visible tests worth {passed:g} of {stake:g} points pass; "
+                f"ready to hand in: {'yes' if self.ready else 'no'})")
+
 
 # --------------------------------------------------------------------------------------------
 # The file
@@ -111,7 +117,7 @@ class CheckReport:
 
 def _locate(path: Path, notebook, manifest: dict) -> tuple[str | None, str | None, list[FileCheck]]:
     """(lab, release notebook) this file is, and the name and folder checks."""
-    stem, folder = path.stem, path.parent.name
+    stem, folder = path.stem, path.resolve().parent.name
     named = [lab for lab, notebooks in manifest.items() if stem in notebooks]
     if named:
         lab = folder if folder in named else named[0]
@@ -217,8 +223,8 @@ def _test_status(outputs: list[dict]) -> tuple[str, str]:
 def _workdir(path: Path, lab: str | None, scratch: Path) -> Path:
     """A scratch copy of the notebook's lab folder (its other files, never the notebooks)."""
     workdir = scratch / (lab or "notebook")
-    if lab is not None and path.parent.name == lab:
-        shutil.copytree(path.parent, workdir, symlinks=False,
+    if lab is not None and path.resolve().parent.name == lab:
+        shutil.copytree(path.resolve().parent, workdir, symlinks=False,
                         ignore=shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints", "__pycache__", ".*"))
     else:
         workdir.mkdir()
