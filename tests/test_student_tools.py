@@ -9,6 +9,7 @@ compare with in the instructor's checkout.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import stat
@@ -213,6 +214,33 @@ def test_an_unknown_notebook_is_named_as_such(manifest, tmp_path):
     assert lab is None and "no notebook of this kit" in checks[0].detail and not checks[0].ok
 
 
+STUB_SCRIPT = """
+from IPython.core.interactiveshell import InteractiveShell
+from course_lib.handin.stubs import install, load_ipython_extension
+shell = InteractiveShell.instance()
+load_ipython_extension(shell)
+print("installed in the instructor's edition:", bool(shell.custom_exceptions))
+assert install(shell)
+shell.run_cell("def double(x):\\n    # YOUR CODE HERE\\n    raise NotImplementedError()")
+result = shell.run_cell("def test():\\n    return double(2)\\ntest()")
+print("cell failed with:", type(result.error_in_exec).__name__)
+shell.run_cell("def f():\\n    raise NotImplementedError('the library says where')\\nf()")
+"""
+
+
+def test_an_exercise_not_written_yet_fails_with_the_course_message():
+    run = subprocess.run([sys.executable, "-c", STUB_SCRIPT], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "TERM": "dumb"})
+    out = re.sub(r"\x1b\[[0-9;]*m", "", run.stdout)   # IPython's colours
+    assert run.returncode == 0, run.stderr
+    assert "installed in the instructor's edition: False" in out
+    assert "NotImplementedError: double is not written yet." in out
+    assert re.search(r"expected: your code in place of `raise NotImplementedError\(\)` \(Cell In\[1\], line 3\)", out)
+    assert "hint: write double, run its cell (Shift+Enter), then run this cell again." in out
+    assert "cell failed with: NotImplementedError" in out   # still an error: Run All stops, graders see it
+    assert "the library says where" in out and out.count("is not written yet") == 1   # other errors untouched
+
+
 def test_check_and_submit_are_student_commands_and_grade_is_not():
     assert {"check", "submit"} <= set(STUDENT_COMMANDS) and "grade" not in STUDENT_COMMANDS
 
@@ -385,3 +413,28 @@ def test_course_grade_grades_the_zip_that_course_submit_made(course, manifest, t
     assert cells["test_add_one"]["points"] == 2 and cells["test_double"]["points"] == 0
     assert cells["test_square"]["points"] == 0
     assert entry["timestamp"]   # timestamp.txt from the zip reached the grades
+
+
+# --------------------------------------------------------------------------------------------
+# The kit: what it ships for checking and handing in
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_kit_ships_the_manifest_the_student_commands_and_says_how_to_hand_in(tmp_path):
+    from course_lib.grading.kit import build_kit
+    from course_lib.grading.layout import list_labs
+
+    later = [lab for lab in list_labs(ROOT / "solutions") if lab != REAL_LAB]
+    kit = build_kit(ROOT, tmp_path / "kit", labs=[REAL_LAB], unlock=later).folder
+    shipped = json.loads((kit / "course_lib" / "_release.json").read_text())
+    assert shipped == release_manifest(ROOT / "labs", [REAL_LAB])
+    assert sorted(shipped[REAL_LAB]) == sorted(p.stem for p in (ROOT / "labs" / REAL_LAB).glob("*.ipynb"))
+    readme, makefile = (kit / "README.md").read_text(), (kit / "Makefile").read_text()
+    for words in ("course check labs/", "check_notebook(", "course submit --student s1234567 --zip",
+                  "s1234567/lab01-text-to-tensors/04_paging.ipynb"):
+        assert words in readme, words
+    assert "-m course_lib.handin.stubs" in makefile
+    cli = subprocess.run([sys.executable, "-m", "course_lib.cli", "--help"], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(kit)}, cwd=tmp_path, timeout=120)
+    listed = set(re.findall(r"^    (\w+)\s", cli.stdout, re.MULTILINE))
+    assert {"check", "submit", "chat", "bench"} <= listed and not {"grade", "release", "kit"} & listed, cli.stdout
