@@ -55,6 +55,6 @@ def run(args) -> int:
             status = 1
             continue
         report = check_notebook(path, timeout=args.timeout, manifest=manifest, progress=sys.stderr.isatty())
-        if not (report.ready and report.all_passed):
+        if report is not None and not (report.ready and report.all_passed):   # None: inside a check's kernel
             status = 1
     return status
