@@ -89,10 +89,10 @@ def run(args) -> int:
             print(f"course grade: {name} must be at least 1, got {value:g}", file=sys.stderr)
             return 2
     out = args.out.resolve()
-    unpacked_notes: list[str] = []
+    refused_zips: list[str] = []
     try:
         if has_zips(args.submissions):
-            args.submissions, unpacked_notes = _unpack(args.submissions, out)
+            args.submissions, refused_zips = _unpack(args.submissions, out)
         solutions_dir = (args.solutions or find_repo_root() / "solutions").resolve()
         known_labs = list_labs(solutions_dir)
         if args.lab and args.lab not in known_labs:
@@ -148,7 +148,7 @@ def run(args) -> int:
     if skipped_gpu:
         summary += f"; {skipped_gpu} GPU-only test cells skipped (no GPU worker): left out of max_score"
     print(summary)
-    for problem in unpacked_notes + run.discovery_problems:
+    for problem in refused_zips + run.discovery_problems:
         print(f"not graded: {problem}")
     for problem in run.problems + (outputs.notes if outputs else []):
         print(f"problem: {problem}")
@@ -163,7 +163,7 @@ def run(args) -> int:
 
 
 def _unpack(submissions: Path, out: Path) -> tuple[Path, list[str]]:
-    """Unpack hand-in zips into out/unpacked; (the folder to grade, the refused zips). GradingError if none is left."""
+    """Unpack hand-in zips into out/unpacked: (the folder to grade, the zips refused). GradingError: the one zip given is refused."""
     from course_lib.grading.layout import GradingError
     from course_lib.handin.unpack import UnpackError, unpack_submissions
 
