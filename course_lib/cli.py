@@ -19,6 +19,8 @@ COMMANDS = {
     "grade": "Autograde a folder of submissions and write grades, feedback and a report.",
     "export": "Export the grades of a `course grade` output folder for an LMS (Canvas) or a spreadsheet.",
     "solve": "Run the solution notebooks and fail, naming the cell, if a test cell fails.",
+    "check": "Run a notebook's visible tests in a fresh kernel and say whether it is ready to hand in.",
+    "submit": "Pack your notebooks for handing in: <student>/<lab>/<notebook>.ipynb, as a folder or a zip.",
     "chat": "Chat with SmolLM2 in the terminal through the course's own engine.",
     "bench": "Run a benchmark (engine, kernel, bpe, decoding) and print its table.",
     "serve": "Serve SmolLM2 over an OpenAI-compatible HTTP API (streaming, metrics, replicas behind a router).",
@@ -29,7 +31,7 @@ COMMANDS = {
 
 # What a student's kit offers: the instructor's commands need solutions/ and the grader, which a
 # kit does not have.
-STUDENT_COMMANDS = ("chat", "bench")
+STUDENT_COMMANDS = ("check", "submit", "chat", "bench")
 
 
 def available_commands() -> dict[str, str]:

@@ -234,20 +234,45 @@ def _check_schedule(url: str, schedule: Sequence[dict]) -> None:
         raise ValueError(f"a run may last at most {MAX_DURATION_S:.0f} s")
 
 
-def run(generator: Callable, url: str, schedule: Sequence[dict], *, timeout_s: float | None = None) -> list[dict]:
+def run(generator: Callable, url: str, schedule: Sequence[dict], *, timeout_s: float | None = None,
+        progress: bool = False) -> list[dict]:
     """Run an async load generator ``generator(url, schedule)`` to completion; return its records.
 
     It runs on a fresh event loop in a thread of its own, so this works from a notebook (whose
     cells already run inside an event loop) and never shares a loop with a server in this process.
-    Checks that ``url`` is a loopback address and that the run is bounded.
+    Checks that ``url`` is a loopback address and that the run is bounded. ``progress``: a
+    ``tqdm.auto`` bar of the seconds of the schedule gone by (notebooks pass it; checks do not).
     """
     _check_schedule(url, schedule)
     last = max((item["at"] for item in schedule), default=0.0)
     timeout_s = timeout_s or min(MAX_DURATION_S, last + REQUEST_TIMEOUT_S)
-    return run_coroutine(lambda: generator(url, list(schedule)), timeout_s)
+    bar = _SecondsBar(last, f"load test, {len(schedule)} requests") if progress else None
+    return run_coroutine(lambda: generator(url, list(schedule)), timeout_s, progress=bar)
 
 
-def run_coroutine(make_coroutine: Callable[[], Any], timeout_s: float) -> Any:
+class _SecondsBar:
+    """A tqdm.auto bar over the seconds a run is planned to take, then "waiting for the last answers"."""
+
+    def __init__(self, planned_s: float, label: str) -> None:
+        from tqdm.auto import tqdm
+
+        self.planned_s, self.label = planned_s, label
+        self.bar = tqdm(total=max(planned_s, 0.1), desc=label, unit="s", leave=False,
+                        bar_format="{desc}: {bar} {n:.0f}/{total:.0f} s")
+        self.started = time.monotonic()
+
+    def update(self) -> None:
+        elapsed = time.monotonic() - self.started
+        if elapsed >= self.planned_s and self.bar.desc == self.label:
+            self.bar.set_description(f"{self.label}: waiting for the last answers", refresh=False)
+        self.bar.n = min(elapsed, self.bar.total)
+        self.bar.refresh()
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def run_coroutine(make_coroutine: Callable[[], Any], timeout_s: float, *, progress: _SecondsBar | None = None) -> Any:
     """``asyncio.run(make_coroutine())`` in a new thread (with a time limit); its result or its exception."""
     outcome: dict[str, Any] = {}
 
@@ -259,7 +284,15 @@ def run_coroutine(make_coroutine: Callable[[], Any], timeout_s: float) -> Any:
 
     thread = threading.Thread(target=target, name="load-generator", daemon=True)
     thread.start()
-    thread.join(timeout_s + 10)
+    deadline = time.monotonic() + timeout_s + 10
+    try:
+        while thread.is_alive() and time.monotonic() < deadline:
+            thread.join(min(0.5, max(deadline - time.monotonic(), 0)) if progress else deadline - time.monotonic())
+            if progress is not None:
+                progress.update()
+    finally:
+        if progress is not None:
+            progress.close()
     if thread.is_alive():
         raise TimeoutError(f"the load generator did not finish within {timeout_s:.0f} s")
     if "error" in outcome:
@@ -296,15 +329,20 @@ async def _closed_loop(url: str, prompts: Sequence[str], max_tokens: int, num_cl
     return sorted(records, key=lambda r: r["sent_at"])
 
 
-def closed_loop(url: str, prompts: Sequence[str], *, max_tokens: int, num_clients: int, duration_s: float) -> list[dict]:
-    """``num_clients`` users who each send a request, wait for its answer and send the next, for ``duration_s``."""
+def closed_loop(url: str, prompts: Sequence[str], *, max_tokens: int, num_clients: int, duration_s: float,
+                progress: bool = False) -> list[dict]:
+    """``num_clients`` users who each send a request, wait for its answer and send the next, for ``duration_s``.
+
+    ``progress``: a ``tqdm.auto`` bar of the seconds gone by.
+    """
     _require_loopback(url)
     if not isinstance(num_clients, int) or not 1 <= num_clients <= 256:
         raise ValueError(f"num_clients must be an integer in [1, 256], got {num_clients!r}")
     if not 0 < duration_s <= MAX_DURATION_S:
         raise ValueError(f"duration_s must be in (0, {MAX_DURATION_S:.0f}], got {duration_s}")
+    bar = _SecondsBar(duration_s, f"closed loop, {num_clients} clients") if progress else None
     return run_coroutine(lambda: _closed_loop(url, list(prompts), max_tokens, num_clients, duration_s),
-                         duration_s + REQUEST_TIMEOUT_S)
+                         duration_s + REQUEST_TIMEOUT_S, progress=bar)
 
 
 async def _burst(url: str, prompts: Sequence[str], max_tokens: int) -> list[dict]:

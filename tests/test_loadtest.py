@@ -100,3 +100,17 @@ def test_a_refused_connection_is_a_failed_record_not_a_crash():
     records = loadtest.run(loadtest.open_loop, url, [{"at": 0.0, "prompt": "x", "max_tokens": 2}])
     assert records[0]["error"] and records[0]["status"] is None
     assert loadtest.summarize(records)["num_failed"] == 1
+
+
+def test_a_run_with_progress_shows_a_bar_of_the_schedule_seconds(capsys):
+    from course_lib.server.launch import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"  # nobody listens there: each request fails at once
+    schedule = [{"at": 0.0, "prompt": "x", "max_tokens": 2}, {"at": 1.2, "prompt": "y", "max_tokens": 2}]
+    records = loadtest.run(loadtest.open_loop, url, schedule, progress=True)
+    assert len(records) == 2 and all(record["error"] for record in records)
+    bar = capsys.readouterr().err   # outside a notebook tqdm.auto is the text bar, on stderr
+    assert "load test, 2 requests: " in bar and "0/1 s" in bar and "1/1 s" in bar, bar
+    assert "load test" not in capsys.readouterr().err   # nothing without progress=True
+    loadtest.run(loadtest.open_loop, url, schedule[:1])
+    assert "load test" not in capsys.readouterr().err

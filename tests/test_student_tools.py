@@ -1,0 +1,440 @@
+"""The student's tools around handing in: `course check`, `course submit --zip`, `course grade` on zips.
+
+A tiny lab (``lab00-handin``, one notebook with three exercises and a GPU-only check) is written
+and released in a temporary course folder; the checks run on it in a real kernel. The CLI tests
+use the repository's own release (``labs/``), which is what ``course check`` and ``course submit``
+compare with in the instructor's checkout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import textwrap
+import zipfile
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course_lib.cli import STUDENT_COMMANDS, main
+from course_lib.grading import authoring as a
+from course_lib.handin.check import (FAILED, NOT_ATTEMPTED, PASSED, SKIPPED_GPU, check_notebook, inspect_file)
+from course_lib.handin.manifest import release_manifest
+from course_lib.handin.submit import SubmitError, plan_hand_in, write_folder, write_zip
+from course_lib.handin.unpack import MAX_FILE_BYTES, UnpackError, unpack_submissions
+
+ROOT = Path(__file__).resolve().parent.parent
+LAB = "lab00-handin"
+REAL_LAB = "lab01-text-to-tensors"
+
+
+def _source_notebook():
+    return a.notebook([
+        a.markdown("# Hand-in fixture"),
+        a.answer("add_one", '''
+            def add_one(x):
+                """int -> int"""
+                ### BEGIN SOLUTION
+                return x + 1
+                ### END SOLUTION
+        '''),
+        a.tests("test_add_one", 2, '''
+            assert add_one(1) == 2, "add_one(1) should be 2"
+            print("add_one: visible tests passed")
+            ### BEGIN HIDDEN TESTS
+            assert add_one(41) == 42
+            ### END HIDDEN TESTS
+        '''),
+        a.answer("double", '''
+            def double(x):
+                ### BEGIN SOLUTION
+                return 2 * x
+                ### END SOLUTION
+        '''),
+        a.tests("test_double", 3, '''
+            from course_lib.checks import expect_equal
+            expect_equal(double(2), 4, "double(2)", hint="twice the input")
+        '''),
+        a.answer("square", '''
+            def square(x):
+                ### BEGIN SOLUTION
+                return x * x
+                ### END SOLUTION
+        '''),
+        a.tests("test_square", 1, '''
+            assert square(3) == 9, "square(3) should be 9"
+        '''),
+        a.tests("test_square_gpu", 1, '''
+            from course_lib.checks import require_gpu
+            require_gpu("the fixture's GPU check")
+        ''', needs_gpu=True),
+    ])
+
+
+def _release(source):
+    """What `course release` makes of a source notebook (nbgrader's own preprocessors)."""
+    from nbgrader.preprocessors import ClearHiddenTests, ClearSolutions, ComputeChecksums, LockCells
+
+    notebook, resources = nbformat.reads(nbformat.writes(source), as_version=4), {}
+    for preprocessor in (LockCells, ClearSolutions, ClearHiddenTests, ComputeChecksums):
+        notebook, resources = preprocessor().preprocess(notebook, resources)
+    return notebook
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    """A course folder: solutions/lab00-handin/ch1.ipynb and its release in labs/."""
+    root = tmp_path_factory.mktemp("handin")
+    source = _source_notebook()
+    (root / "solutions" / LAB).mkdir(parents=True)
+    nbformat.write(source, root / "solutions" / LAB / "ch1.ipynb")
+    (root / "labs" / LAB).mkdir(parents=True)
+    nbformat.write(_release(source), root / "labs" / LAB / "ch1.ipynb")
+    return root
+
+
+@pytest.fixture(scope="module")
+def manifest(course):
+    return release_manifest(course / "labs")
+
+
+def _student(course: Path, folder: Path, answers: dict[str, str], *, name: str = "ch1.ipynb",
+             edit: dict[str, str] | None = None) -> Path:
+    """The release with answer cells (and, to misbehave, test cells) replaced; written to folder/name."""
+    notebook = nbformat.read(course / "labs" / LAB / "ch1.ipynb", as_version=4)
+    for cell in notebook.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in answers:
+            cell.source = textwrap.dedent(answers[grade_id]).strip()
+        if edit and grade_id in edit:
+            cell.source = edit[grade_id]
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, folder / name)
+    return folder / name
+
+
+ADD_ONE = "def add_one(x):\n    return x + 1"
+DOUBLE_WRONG = "def double(x):\n    return 2 * x + 1"
+DOUBLE = "def double(x):\n    return 2 * x"
+SQUARE = "def square(x):\n    return x * x"
+
+
+# --------------------------------------------------------------------------------------------
+# course check
+# --------------------------------------------------------------------------------------------
+
+
+def test_check_says_per_exercise_passed_failed_or_not_attempted_and_runs_the_released_tests(course, manifest,
+                                                                                            tmp_path, capsys):
+    # double is wrong, and its test cell was "fixed" by the student: the released test still runs.
+    path = _student(course, tmp_path / LAB, {"add_one": ADD_ONE, "double": DOUBLE_WRONG},
+                    edit={"test_double": "pass  # my test now"})
+    report = check_notebook(path, manifest=manifest, gpu=False, progress=False)
+    printed = capsys.readouterr().out
+    by_id = {exercise.grade_id: exercise for exercise in report.exercises}
+    assert [exercise.grade_id for exercise in report.exercises] == ["add_one", "double", "square"]
+    assert by_id["add_one"].status == PASSED and by_id["add_one"].points == 2
+    assert by_id["double"].status == FAILED and by_id["double"].points == 3
+    assert "expected: 4" in by_id["double"].message and "got:      5" in by_id["double"].message
+    assert "hint: twice the input" in by_id["double"].message
+    assert by_id["square"].status == NOT_ATTEMPTED and "as released" in by_id["square"].message
+    assert by_id["square"].points == 1   # the GPU-only check is not at stake on a CPU
+    assert [test.status for test in by_id["square"].tests] == [NOT_ATTEMPTED, SKIPPED_GPU]
+    assert not report.ready and not report.all_passed
+    edited = next(check for check in report.file_checks if check.what == "test cells")
+    assert not edited.ok and "edited: test_double" in edited.detail
+    for words in ("add_one", "passed", "failed", "not attempted", "expected: 4", "The file to hand in? NO",
+                  "test cells worth 2 of 6 points pass", "1 more need a GPU"):
+        assert words in printed, words
+
+
+def test_a_finished_notebook_is_ready_and_a_check_inside_it_does_not_recurse(course, manifest, tmp_path, capsys):
+    path = _student(course, tmp_path / LAB, {"add_one": ADD_ONE, "double": DOUBLE, "square": SQUARE})
+    notebook = nbformat.read(path, as_version=4)
+    notebook.cells.append(nbformat.v4.new_code_cell(
+        "from course_lib.handin import check_notebook\nresult = check_notebook('ch1.ipynb')\n"
+        "assert result is None, 'a check inside a check must do nothing'"))
+    nbformat.write(notebook, path)
+    report = check_notebook(path, manifest=manifest, gpu=False, progress=False)
+    assert report.ready and report.all_passed, report.text()
+    assert [exercise.status for exercise in report.exercises] == [PASSED, PASSED, PASSED]
+    assert report.other_errors == []   # the cell that calls check_notebook ran and did nothing
+    assert "Hand it in as <student id>/lab00-handin/ch1.ipynb" in capsys.readouterr().out
+    assert repr(report) == "CheckReport(ch1.ipynb: visible tests worth 6 of 6 points pass; ready to hand in: yes)"
+
+
+def test_wrong_name_wrong_folder_copied_and_deleted_cells_are_named(course, manifest, tmp_path):
+    path = _student(course, tmp_path / "Downloads", {"add_one": ADD_ONE}, name="ch1 (1).ipynb")
+    notebook = nbformat.read(path, as_version=4)
+    test_cells = [cell for cell in notebook.cells if cell.metadata.get("nbgrader", {}).get("grade")]
+    copy = nbformat.from_dict(json.loads(json.dumps(test_cells[0])))
+    copy.id = "copied-cell"
+    notebook.cells.append(copy)                                                      # copied, grade_id and all
+    notebook.cells.remove(test_cells[-1])                                           # deleted
+    nbformat.write(notebook, path)
+    _, lab, name, checks = inspect_file(path, manifest)
+    problems = {check.what: check.detail for check in checks if not check.ok}
+    assert (lab, name) == (LAB, "ch1")   # recognised from its cells
+    assert "rename it back to ch1.ipynb" in problems["name"]
+    assert f"<student id>/{LAB}/ch1.ipynb" in problems["folder"]
+    assert "test_add_one" in problems["copied cells"]
+    assert "deleted: test_square_gpu" in problems["test cells"]
+    assert "JSON" not in problems
+
+
+def test_a_path_relative_to_the_notebook_folder_is_checked_in_that_folder(course, manifest, tmp_path, monkeypatch):
+    path = _student(course, tmp_path / LAB, {})
+    monkeypatch.chdir(path.parent)   # a notebook cell's working folder
+    _, lab, name, checks = inspect_file(Path("ch1.ipynb"), manifest)
+    assert (lab, name) == (LAB, "ch1") and all(check.ok for check in checks), checks
+
+
+def test_a_file_that_is_not_a_notebook_is_not_run_and_fails_the_check(tmp_path, capsys):
+    folder = tmp_path / REAL_LAB
+    folder.mkdir()
+    (folder / "04_paging.ipynb").write_text('{"cells": [', encoding="utf-8")
+    assert main(["check", str(folder / "04_paging.ipynb")]) == 1
+    printed = capsys.readouterr().out
+    assert "not run: the file is not a readable notebook" in printed
+    assert "FIX  JSON: not valid JSON" in printed
+    assert "ok   name: 04_paging.ipynb is a chapter of lab01-text-to-tensors" in printed
+
+
+def test_an_unknown_notebook_is_named_as_such(manifest, tmp_path):
+    path = tmp_path / "notes.ipynb"
+    nbformat.write(a.notebook([a.markdown("# my notes")]), path)
+    _, lab, _, checks = inspect_file(path, manifest)
+    assert lab is None and "no notebook of this kit" in checks[0].detail and not checks[0].ok
+
+
+STUB_SCRIPT = """
+from IPython.core.interactiveshell import InteractiveShell
+from course_lib.handin.stubs import install, load_ipython_extension
+shell = InteractiveShell.instance()
+load_ipython_extension(shell)
+print("installed in the instructor's edition:", bool(shell.custom_exceptions))
+assert install(shell)
+shell.run_cell("def double(x):\\n    # YOUR CODE HERE\\n    raise NotImplementedError()")
+result = shell.run_cell("def test():\\n    return double(2)\\ntest()")
+print("cell failed with:", type(result.error_in_exec).__name__)
+shell.run_cell("def f():\\n    raise NotImplementedError('the library says where')\\nf()")
+"""
+
+
+def test_an_exercise_not_written_yet_fails_with_the_course_message():
+    run = subprocess.run([sys.executable, "-c", STUB_SCRIPT], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "TERM": "dumb"})
+    out = re.sub(r"\x1b\[[0-9;]*m", "", run.stdout)   # IPython's colours
+    assert run.returncode == 0, run.stderr
+    assert "installed in the instructor's edition: False" in out
+    assert "NotImplementedError: double is not written yet." in out
+    assert re.search(r"expected: your code in place of `raise NotImplementedError\(\)` \(Cell In\[1\], line 3\)", out)
+    assert "hint: write double, run its cell (Shift+Enter), then run this cell again." in out
+    assert "cell failed with: NotImplementedError" in out   # still an error: Run All stops, graders see it
+    assert "the library says where" in out and out.count("is not written yet") == 1   # other errors untouched
+
+
+def test_check_and_submit_are_student_commands_and_grade_is_not():
+    assert {"check", "submit"} <= set(STUDENT_COMMANDS) and "grade" not in STUDENT_COMMANDS
+
+
+# --------------------------------------------------------------------------------------------
+# course submit
+# --------------------------------------------------------------------------------------------
+
+
+def test_submit_zip_holds_the_grader_layout_and_a_timestamp(course, manifest, tmp_path):
+    labs = tmp_path / "labs"
+    _student(course, labs / LAB, {"add_one": ADD_ONE})
+    before = datetime.now(timezone.utc)
+    hand_in = plan_hand_in("s1234567", labs, manifest=manifest)
+    archive = write_zip(hand_in, tmp_path / "out")
+    match = re.fullmatch(r"s1234567-(\d{8}T\d{6}Z)\.zip", archive.name)
+    assert match, archive.name
+    named = datetime.strptime(match.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
+    assert before - timedelta(seconds=1) <= named <= datetime.now(timezone.utc)
+    with zipfile.ZipFile(archive) as zipped:
+        assert sorted(zipped.namelist()) == [f"s1234567/{LAB}/ch1.ipynb", f"s1234567/{LAB}/timestamp.txt"]
+        from nbgrader.utils import parse_utc
+
+        stamp = parse_utc(zipped.read(f"s1234567/{LAB}/timestamp.txt").decode().strip())
+        assert abs(stamp.replace(tzinfo=timezone.utc) - named) < timedelta(seconds=2)
+        handed = nbformat.reads(zipped.read(f"s1234567/{LAB}/ch1.ipynb").decode(), as_version=4)
+    assert any(cell.source == ADD_ONE for cell in handed.cells)
+
+
+def test_submit_refuses_a_broken_notebook_a_bad_id_and_nothing_to_hand_in(course, manifest, tmp_path):
+    labs = tmp_path / "labs"
+    (labs / LAB).mkdir(parents=True)
+    shutil.copy(course / "labs" / LAB / "ch1.ipynb", labs / LAB / "ch1.ipynb")
+    with pytest.raises(SubmitError, match="no notebook .* has a changed answer cell"):
+        plan_hand_in("s1", labs, manifest=manifest)
+    with pytest.raises(SubmitError, match="--student '../s1'"):
+        plan_hand_in("../s1", labs, [LAB], manifest=manifest)
+    (labs / LAB / "ch1.ipynb").write_text("{broken", encoding="utf-8")
+    with pytest.raises(SubmitError, match="ch1.ipynb: not valid JSON"):
+        plan_hand_in("s1", labs, [LAB], manifest=manifest)
+
+
+def test_submit_folder_is_replaced_on_a_second_hand_in(course, manifest, tmp_path):
+    labs = tmp_path / "labs"
+    path = _student(course, labs / LAB, {"add_one": ADD_ONE})
+    out = tmp_path / "submission"
+    write_folder(plan_hand_in("s1", labs, manifest=manifest), out)
+    _student(course, labs / LAB, {"add_one": ADD_ONE, "double": DOUBLE})
+    write_folder(plan_hand_in("s1", labs, manifest=manifest), out)
+    assert sorted(p.name for p in (out / "s1" / LAB).iterdir()) == ["ch1.ipynb", "timestamp.txt"]
+    assert (out / "s1" / LAB / "ch1.ipynb").read_bytes() == path.read_bytes()
+
+
+def test_submit_command_on_the_real_release_hands_in_only_the_changed_lab(tmp_path, capsys):
+    labs = tmp_path / "labs"
+    shutil.copytree(ROOT / "labs" / REAL_LAB, labs / REAL_LAB)
+    shutil.copytree(ROOT / "labs" / "lab02-prefill-vs-decode", labs / "lab02-prefill-vs-decode")
+    notebook = nbformat.read(labs / REAL_LAB / "04_paging.ipynb", as_version=4)
+    answer = next(c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "block_allocator")
+    answer.source = answer.source.replace("# YOUR CODE HERE\n        raise NotImplementedError()",
+                                          "self.num_blocks = num_blocks", 1)
+    nbformat.write(notebook, labs / REAL_LAB / "04_paging.ipynb")
+    assert main(["submit", "--student", "s42", "--zip", "--labs-dir", str(labs), "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    archive = next(tmp_path.glob("s42-*.zip"))
+    with zipfile.ZipFile(archive) as zipped:
+        names = sorted(zipped.namelist())
+    expected = sorted(f"s42/{REAL_LAB}/{p.name}" for p in (ROOT / "labs" / REAL_LAB).glob("*.ipynb"))
+    assert names == sorted([*expected, f"s42/{REAL_LAB}/timestamp.txt"])
+    assert f"{REAL_LAB}: 5 notebooks" in printed and "lab02" not in printed
+
+
+# --------------------------------------------------------------------------------------------
+# course grade on zips: unpacked safely
+# --------------------------------------------------------------------------------------------
+
+
+def _zip(path: Path, entries: dict[str, bytes | str], *, links: tuple[str, ...] = ()) -> Path:
+    with zipfile.ZipFile(path, "w") as zipped:
+        for name, data in entries.items():
+            info = zipfile.ZipInfo(name)
+            info.external_attr = ((stat.S_IFLNK | 0o777) if name in links else (stat.S_IFREG | 0o644)) << 16
+            zipped.writestr(info, data)
+    return path
+
+
+NOTEBOOK = nbformat.writes(a.notebook([a.markdown("# x")]))
+
+
+@pytest.mark.parametrize("entry, words", [
+    ("../evil/lab00-handin/ch1.ipynb", "a '..' part"),
+    ("s1/../../evil.ipynb", "a '..' part"),
+    ("/etc/s1/lab00-handin/ch1.ipynb", "an absolute path"),
+    ("C:/s1/lab00-handin/ch1.ipynb", "an absolute path"),
+    ("s1\\lab00-handin\\ch1.ipynb", "a backslash"),
+    ("s1/./lab00-handin/ch1.ipynb", "an empty or '.' part"),
+])
+def test_a_zip_with_a_path_outside_its_folder_is_refused_whole(tmp_path, entry, words):
+    archive = _zip(tmp_path / "hostile.zip", {"s1/lab00-handin/ch1.ipynb": NOTEBOOK, entry: NOTEBOOK})
+    with pytest.raises(UnpackError, match=re.escape(words)):
+        unpack_submissions(archive, tmp_path / "unpacked")
+    assert not list((tmp_path / "unpacked").rglob("*.ipynb"))
+    assert not (tmp_path / "evil").exists() and not (tmp_path / "evil.ipynb").exists()
+
+
+def test_links_huge_entries_and_duplicates_are_refused(tmp_path):
+    link = _zip(tmp_path / "link.zip", {"s1/lab00-handin/ch1.ipynb": "/etc/passwd"},
+                links=("s1/lab00-handin/ch1.ipynb",))
+    with pytest.raises(UnpackError, match="a symbolic link"):
+        unpack_submissions(link, tmp_path / "u1")
+    huge = tmp_path / "huge.zip"
+    with zipfile.ZipFile(huge, "w", zipfile.ZIP_DEFLATED) as zipped:
+        zipped.writestr("s1/lab00-handin/ch1.ipynb", b"\0" * (MAX_FILE_BYTES + 1))   # compresses to ~64 KB
+    assert huge.stat().st_size < MAX_FILE_BYTES // 100
+    with pytest.raises(UnpackError, match="at most"):
+        unpack_submissions(huge, tmp_path / "u2")
+    twice = _zip(tmp_path / "twice.zip", {"s1/lab00-handin/ch1.ipynb": NOTEBOOK})
+    with pytest.warns(UserWarning, match="Duplicate name"), zipfile.ZipFile(twice, "a") as zipped:
+        zipped.writestr("s1/lab00-handin/ch1.ipynb", NOTEBOOK)
+    with pytest.raises(UnpackError, match="appears twice"):
+        unpack_submissions(twice, tmp_path / "u3")
+
+
+def test_a_folder_of_zips_grades_the_latest_hand_in_and_reports_the_refused(tmp_path):
+    folder = tmp_path / "downloads"
+    folder.mkdir()
+    old = nbformat.writes(a.notebook([a.markdown("# first try")]))
+    new = nbformat.writes(a.notebook([a.markdown("# second try")]))
+    _zip(folder / "s1-20260101T100000Z.zip", {"s1/lab00-handin/ch1.ipynb": old,
+                                              "s1/lab00-handin/timestamp.txt": "2026-01-01 10:00:00.000000 UTC"})
+    _zip(folder / "s1-20260102T100000Z.zip", {"s1/lab00-handin/ch1.ipynb": new,
+                                              "s1/lab00-handin/timestamp.txt": "2026-01-02 10:00:00.000000 UTC",
+                                              "s1/notes.txt": "hello"})
+    _zip(folder / "s2-evil.zip", {"../../s2/lab00-handin/ch1.ipynb": NOTEBOOK})
+    (folder / "s3" / "lab00-handin").mkdir(parents=True)
+    (folder / "s3" / "lab00-handin" / "ch1.ipynb").write_text(NOTEBOOK)
+    unpacked = unpack_submissions(folder, tmp_path / "unpacked")
+    assert unpacked.zips == 2 and len(unpacked.refused) == 1 and "s2-evil.zip" in unpacked.refused[0]
+    assert "second try" in (tmp_path / "unpacked" / "s1" / "lab00-handin" / "ch1.ipynb").read_text()
+    assert (tmp_path / "unpacked" / "s3" / "lab00-handin" / "ch1.ipynb").is_file()
+    assert not (tmp_path / "unpacked" / "s2").exists()
+    notes = "\n".join(unpacked.notes)
+    assert "handed in twice" in notes and "graded the later one, s1-20260102T100000Z.zip" in notes
+    assert "ignored s1/notes.txt" in notes
+
+
+def test_course_grade_refuses_a_hostile_zip_with_a_clear_error(course, tmp_path, capsys):
+    archive = _zip(tmp_path / "s1.zip", {"s1/lab00-handin/../../../escape.ipynb": NOTEBOOK})
+    code = main(["grade", str(archive), "--solutions", str(course / "solutions"), "--out", str(tmp_path / "out")])
+    error = capsys.readouterr().err
+    assert code == 1
+    assert "course grade: s1.zip: refused: entry 's1/lab00-handin/../../../escape.ipynb' has a '..' part" in error
+    assert not list(tmp_path.rglob("escape.ipynb"))
+
+
+@pytest.mark.slow
+def test_course_grade_grades_the_zip_that_course_submit_made(course, manifest, tmp_path):
+    labs = tmp_path / "labs"
+    _student(course, labs / LAB, {"add_one": ADD_ONE, "double": DOUBLE_WRONG})
+    archive = write_zip(plan_hand_in("s7", labs, manifest=manifest), tmp_path)
+    run = subprocess.run([sys.executable, "-m", "course_lib.cli", "grade", str(archive), "--solutions",
+                          str(course / "solutions"), "--out", str(tmp_path / "out"), "--timeout", "30"],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "Unpacked 1 zip" in run.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    (entry,) = report["submissions"]
+    assert (entry["student"], entry["lab"]) == ("s7", LAB)
+    cells = {cell["grade_id"]: cell for notebook in entry["notebooks"] for cell in notebook["cells"]}
+    assert cells["test_add_one"]["points"] == 2 and cells["test_double"]["points"] == 0
+    assert cells["test_square"]["points"] == 0
+    assert entry["timestamp"]   # timestamp.txt from the zip reached the grades
+
+
+# --------------------------------------------------------------------------------------------
+# The kit: what it ships for checking and handing in
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_kit_ships_the_manifest_the_student_commands_and_says_how_to_hand_in(tmp_path):
+    from course_lib.grading.kit import build_kit
+    from course_lib.grading.layout import list_labs
+
+    later = [lab for lab in list_labs(ROOT / "solutions") if lab != REAL_LAB]
+    kit = build_kit(ROOT, tmp_path / "kit", labs=[REAL_LAB], unlock=later).folder
+    shipped = json.loads((kit / "course_lib" / "_release.json").read_text())
+    assert shipped == release_manifest(ROOT / "labs", [REAL_LAB])
+    assert sorted(shipped[REAL_LAB]) == sorted(p.stem for p in (ROOT / "labs" / REAL_LAB).glob("*.ipynb"))
+    readme, makefile = (kit / "README.md").read_text(), (kit / "Makefile").read_text()
+    for words in ("course check labs/", "check_notebook(", "course submit --student s1234567 --zip",
+                  "s1234567/lab01-text-to-tensors/04_paging.ipynb"):
+        assert words in readme, words
+    assert "-m course_lib.handin.stubs" in makefile
+    cli = subprocess.run([sys.executable, "-m", "course_lib.cli", "--help"], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(kit)}, cwd=tmp_path, timeout=120)
+    listed = set(re.findall(r"^    (\w+)\s", cli.stdout, re.MULTILINE))
+    assert {"check", "submit", "chat", "bench"} <= listed and not {"grade", "release", "kit"} & listed, cli.stdout
