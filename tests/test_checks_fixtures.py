@@ -51,6 +51,25 @@ def check_allocations(student_cls, lengths, block_size=4):
 
 
 @recorded_check
+def check_refusal(student_cls):
+    """The reference refuses (out of blocks); the student's must refuse the same way."""
+    reference_allocator = _Allocator(2, 4)
+    try:
+        reference_allocator.allocate("big", list(range(20)))
+        refused = None
+    except Exception as error:
+        refused = type(error).__name__
+    student = student_cls(2, 4)
+    try:
+        student.allocate("big", list(range(20)))
+        got = None
+    except Exception as error:
+        got = type(error).__name__
+    if got != refused:
+        fail("allocating 5 blocks from 2", expected=refused, got=got)
+
+
+@recorded_check
 def check_feeds_student_result_to_reference(student_merge):
     got = call_student(student_merge, "merge_pair", [1, 2, 1, 2], (1, 2), 9)
     return _merge_pair(got, (9, 9), 10)
@@ -84,6 +103,13 @@ class Allocator:
     def num_free_blocks(self):
         return self.free
 
+class RefusingAllocator(Allocator):
+    def allocate(self, seq_id, token_ids):
+        from course_lib.paged import OutOfBlocksError
+        if -(-len(token_ids) // self.block_size) > self.free:
+            raise OutOfBlocksError("out of blocks")
+        super().allocate(seq_id, token_ids)
+
 class LeakyAllocator(Allocator):
     def allocate(self, seq_id, token_ids):
         self.free -= 1
@@ -106,6 +132,9 @@ if mode() == "replay":
     print("RESULT", outcome(lambda: checks.check_allocations(LeakyAllocator, [5, 9, 1])))
     print("RESULT", outcome(lambda: checks.check_merge(merge_pair, [4, 4], (4, 4), 8)))
     print("RESULT", outcome(lambda: checks.check_feeds_student_result_to_reference(wrong_merge)))
+print("RESULT", outcome(lambda: checks.check_refusal(RefusingAllocator)))
+if mode() == "replay":
+    print("RESULT", outcome(lambda: checks.check_refusal(Allocator)))
 '''
 
 
@@ -136,9 +165,11 @@ def replayed(tmp_path_factory):
 
 def test_recording_runs_the_real_reference(replayed):
     recorded, _, jsonl = replayed
-    assert recorded == ["record", "passed", "passed", "passed"]
+    assert recorded == ["record", "passed", "passed", "passed", "passed"]
     entries = [json.loads(line) for line in jsonl.read_text().splitlines()]
-    assert len(entries) == 3
+    assert len(entries) == 4
+    refusal = next(e for e in entries if "check_refusal" in e["key"])
+    assert refusal["events"][-1]["raises"]["type"] == "course_lib.paged.OutOfBlocksError", refusal["events"]
     allocations = next(e for e in entries if "check_allocations" in e["key"])
     targets = [event["target"] for event in allocations["events"]]
     assert targets[0] == "course_lib.paged.BlockAllocator", targets
@@ -160,3 +191,9 @@ def test_unrecorded_arguments_and_paths_say_so(replayed):
     _, replay, _ = replayed
     assert replay[6].startswith("off the record: check_merge has no recorded reference result"), replay[6]
     assert replay[7].startswith("off the record: this visible test cannot follow your answer"), replay[7]
+
+
+def test_a_refusal_of_the_reference_is_replayed_as_the_same_exception(replayed):
+    _, replay, _ = replayed
+    assert replay[8] == "passed", "the recorded OutOfBlocksError is raised again in the kit"
+    assert replay[9] == "failed: allocating 5 blocks from 2", replay[9]

@@ -33,6 +33,7 @@ arguments of visible checks deterministic, and route every use of a locked refer
 from __future__ import annotations
 
 import base64
+import builtins
 import dataclasses
 import enum
 import functools
@@ -297,7 +298,14 @@ def _record_call(target: str, function: Callable, *args: Any, **kwargs: Any) -> 
     if session is None:
         return function(*args, **kwargs)
     encoded_args = session.codec.encode([list(args), kwargs])
-    result = function(*args, **kwargs)
+    try:
+        result = function(*args, **kwargs)
+    except Exception as error:
+        # A refusal is part of the reference's behaviour (an allocator out of blocks): the replay
+        # must raise it at the same point, or it goes off the recorded path.
+        session.events.append({"op": "call", "target": target, "args": encoded_args,
+                               "raises": {"type": _exception_name(error), "message": str(error)}})
+        raise
     if isinstance(function, type):  # a reference class: its instance is recorded too
         wrapped = _RecordedInstance(result, session)
         session.events.append({"op": "new", "target": target, "args": encoded_args,
@@ -306,6 +314,33 @@ def _record_call(target: str, function: Callable, *args: Any, **kwargs: Any) -> 
     session.events.append({"op": "call", "target": target, "args": encoded_args,
                            "result": session.codec.encode(result, new_objects=False)})
     return result
+
+
+def _exception_name(error: BaseException) -> str:
+    kind = type(error)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _recorded_exception(raises: dict) -> Exception:
+    """The exception a recorded reference call raised: builtins and course_lib classes only."""
+    module_name, _, qualname = raises.get("type", "").rpartition(".")
+    message = str(raises.get("message", ""))
+    kind: Any = None
+    if module_name == "builtins":
+        kind = getattr(builtins, qualname, None)
+    elif module_name == "course_lib" or module_name.startswith("course_lib."):
+        try:
+            kind = importlib.import_module(module_name)
+            for part in qualname.split("."):
+                kind = getattr(kind, part)
+        except (ImportError, AttributeError):
+            kind = None
+    if isinstance(kind, type) and issubclass(kind, Exception):
+        try:
+            return kind(message)
+        except Exception:  # an exception class with another constructor: say what it was
+            pass
+    return RuntimeError(f"{raises.get('type')}: {message}")
 
 
 class _Recorder:
@@ -402,6 +437,8 @@ def _replay(target: str, *args: Any, **kwargs: Any) -> Any:
         shown = f"{target}({', '.join(_short(a) for a in args)})"
         raise _off_the_record(session, event, shown)
     session.position += 1
+    if "raises" in event:
+        raise _recorded_exception(event["raises"])
     if event["op"] != "new":
         session.seen[memo_key] = event["result"]
     if event["op"] == "new":
