@@ -283,3 +283,19 @@ def test_only_system_folders_stay_visible(tmp_path):
         (tmp_path / name).mkdir()
     (tmp_path / "bin").symlink_to(tmp_path / "usr")
     assert [p.name for p in _non_system_folders(tmp_path)] == ["home", "srv", "work"]
+
+
+def test_a_check_can_look_inside_a_student_object_it_holds_a_handle_to(kernel):
+    """checks.type_name / checks.attributes: the DecodeCache check finds a course KVCache in a list."""
+    from course_lib.checks import attributes, is_remote, type_name
+    from course_lib.checks.decode import _holds_course_cache
+
+    outputs_of(kernel, "from course_lib.sampling import SamplingParams\n"
+                       "class Wrapper:\n    def __init__(self):\n        self.parts = [SamplingParams(), 3]\n"
+                       "class Plain:\n    def __init__(self):\n        self.values = [1, 2]\n"
+                       "wrapped, plain = Wrapper(), Plain()")
+    wrapped, plain = kernel.lookup("wrapped"), kernel.lookup("plain")
+    assert is_remote(wrapped) and type_name(wrapped).endswith("Wrapper")
+    assert attributes(plain) == {"values": [1, 2]}
+    assert type_name(attributes(wrapped)["parts"][0]) == "course_lib.sampling.SamplingParams"
+    assert not _holds_course_cache(plain) and not _holds_course_cache(wrapped)

@@ -61,7 +61,9 @@ __all__ = [
     "expect_equal",
     "expect_close",
     "fail",
+    "attributes",
     "is_remote",
+    "type_name",
     "make",
     "share",
     "smollm2",
@@ -253,6 +255,29 @@ def _cached_smollm2(loader):
 def is_remote(obj: Any) -> bool:
     """True for a handle to an object in the student's kernel (only while a notebook is graded)."""
     return bool(getattr(type(obj), "__course_remote__", False))
+
+
+def type_name(obj: Any) -> str:
+    """``module.qualname`` of ``obj``'s class, also for a handle to an object in the student's kernel."""
+    if is_remote(obj):
+        return str(object.__getattribute__(obj, "_info").get("type", ""))
+    kind = type(obj)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def attributes(obj: Any) -> dict:
+    """``vars(obj)`` (empty when it has none), also for an object in the student's kernel.
+
+    Across the channel the values arrive as plain data or as handles, so a check can look inside a
+    student's object without the object leaving the kernel.
+    """
+    if is_remote(obj):
+        try:
+            value = object.__getattribute__(obj, "_request")("getattr", "__dict__")
+        except Exception:  # noqa: BLE001 - an object without attributes, or one that refuses: nothing to see
+            return {}
+        return value if isinstance(value, dict) else {}
+    return dict(getattr(obj, "__dict__", {}) or {})
 
 
 def require_gpu(what: str = "this check") -> None:

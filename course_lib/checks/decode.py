@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from course_lib import roofline
 from course_lib.checks import (
+    attributes,
     call_student,
     fail,
     is_remote,
@@ -34,6 +35,7 @@ from course_lib.checks import (
     share,
     short_repr,
     smollm2,
+    type_name,
 )
 from course_lib.checks._shared import lend_config
 from course_lib.checks.attention import ATOL, RTOL, random_qkv
@@ -126,8 +128,11 @@ def _small_config(num_layers: int, num_q_heads: int, num_kv_heads: int, head_dim
 
 
 def _holds_course_cache(obj: Any, depth: int = 0) -> bool:
-    """True if ``obj`` is, or holds in its attributes, lists, tuples or dicts (a few levels down), a KVCache."""
-    if isinstance(obj, KVCache):
+    """True if ``obj`` is, or holds in its attributes, lists, tuples or dicts (a few levels down), a KVCache.
+
+    Works on a handle to the student's object too: its class name and attributes come over the channel.
+    """
+    if isinstance(obj, KVCache) or type_name(obj) == "course_lib.kv_cache.KVCache":
         return True
     if depth >= 3:
         return False
@@ -136,7 +141,7 @@ def _holds_course_cache(obj: Any, depth: int = 0) -> bool:
     elif isinstance(obj, dict):
         children = list(obj.values())
     else:
-        children = list(getattr(obj, "__dict__", {}).values())
+        children = list(attributes(obj).values())
     return any(_holds_course_cache(child, depth + 1) for child in children)
 
 
@@ -153,8 +158,7 @@ def check_decode_cache(
     config = _small_config(num_layers, num_q_heads, num_kv_heads, head_dim, max_seq_len)
     name = f"DecodeCache({num_layers}, {max_seq_len}, {num_kv_heads}, {head_dim})"
     cache = call_student(student_cache_class, name, num_layers, max_seq_len, num_kv_heads, head_dim, show_args=False)
-    # Locally, look inside the object; when grading it lives in the student's kernel, out of reach.
-    if not is_remote(cache) and _holds_course_cache(cache):
+    if _holds_course_cache(cache):
         fail(f"{name} is or holds the course's KVCache, not your own cache", hint="store the keys and values "
              "in tensors of your own; reusing the reference earns no points.", show_values=False)
     reference = KVCache(config, max_seq_len)
