@@ -303,11 +303,6 @@ def test_worked_examples_and_plots_raise_nothing(paging):
     assert not raised, raised
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the kit replays the reference side of a check from a recording, and course_lib/checks/fixtures.py "
-    "records a reference call only when it returns: check_allocate_and_free's reference refusal "
-    "(OutOfBlocksError) is missing from the recording, so the kit's visible tests of chapter 4 fail for the "
-    "reference answer (OffTheRecord); remove this marker with the fix"))
 def test_every_visible_test_prints_its_pass_line_and_no_cell_shows_a_traceback(paging):
     page, stops = paging
     tests = _code_cell(page, "checks.check_")

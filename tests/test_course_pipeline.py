@@ -114,13 +114,18 @@ def graded_max_scores(lab: str) -> dict[str, float]:
     return maxima
 
 
+# Graded on every run. The other attacks (a no-op'd check, a fake NeedsGPU) are the same mechanisms
+# test_grading_rules proves on its small fixture lab; make demo grades them on the real labs.
+SUITE_ATTACKS = ("attack-borrow-the-reference", "attack-read-secrets")
+
+
 @pytest.fixture(scope="module")
 def attacks_graded(tmp_path_factory):
-    """Every lab's attack-* demo students, graded in one ``course grade`` run (one Dask pool for all)."""
+    """The suite's attack demo students of every lab, graded in one ``course grade`` run (one Dask pool)."""
     root = tmp_path_factory.mktemp("attacks")
     for lab in LABS:
         for student in load_demo_students(ROOT / DEMO_SPECS / lab):
-            if student.is_attack:
+            if student.name in SUITE_ATTACKS:
                 shutil.copytree(ROOT / DEMO_SUBMISSIONS / student.name / lab, root / "submissions" / student.name / lab)
     out = root / "grades"
     result = course("grade", str(root / "submissions"), "--out", str(out), "--jobs", "2",
@@ -141,7 +146,7 @@ def test_attack_students_score_as_their_specs_say(lab, attacks_graded):
     report = json.loads((out / "report.json").read_text())
     scores = {(entry["student"], entry["lab"]): entry for entry in report["submissions"]}
     maxima = graded_max_scores(lab)
-    for student in [s for s in load_demo_students(ROOT / DEMO_SPECS / lab) if s.is_attack]:
+    for student in [s for s in load_demo_students(ROOT / DEMO_SPECS / lab) if s.name in SUITE_ATTACKS]:
         entry = scores[(student.name, lab)]
         by_notebook = {nb["name"]: nb for nb in entry["notebooks"]}
         assert student.expected, f"{student.name}: its spec needs EXPECTED scores"

@@ -15,10 +15,11 @@ lives in, keeps ``make demo`` and the pipeline tests fast as labs grow.
 
 ``make demo`` grades every demo student and compares each with its spec (``course grade
 --demo-specs``): ``correct`` must score full marks, ``blank`` zero. The test suite, which must stay
-fast, grades every ``attack-*`` student (hostile code: borrowing the references, patching the
-checks, a fake NeedsGPU, reading the hidden tests), whose EXPECTED may be 0 or full marks; an
-attack that borrows some answers and writes the others is also the suite's check that a lab's
-reference answers pass under the grader.
+fast, grades each lab's ``attack-borrow-the-reference`` and Lab 0.1's ``attack-read-secrets``
+(``attack-*`` students are hostile code: borrowing the references, patching the checks, a fake
+NeedsGPU, reading the hidden tests; their EXPECTED may be 0 or full marks). An attack that borrows
+some answers and writes the others is also the suite's check that a lab's reference answers pass
+under the grader.
 
 ``BASE = "release"`` starts from the untouched release stubs. A ``blank`` student (the release as
 handed out) is always added. ``course release`` writes the submissions to
