@@ -11,6 +11,8 @@ import linecache
 import runpy
 from pathlib import Path
 
+import pytest
+
 import course_lib.kernels  # noqa: F401  (the interpreter must be on before any kernel is defined)
 
 from tests.notebook_answers import answer_sources
@@ -67,3 +69,15 @@ def replace_in_answer(notebook: str, grade_id: str, old: str, new: str) -> dict:
     source = answer_sources(SOLUTIONS / f"{notebook}.ipynb")[grade_id]
     assert old in source, f"{old!r} not in the reference answer {grade_id}"
     return student(notebook, {grade_id: source.replace(old, new)})
+
+
+def fails(check, *args, words=(), **kwargs) -> str:
+    """The CheckFailed message of ``check(*args, **kwargs)``, asserting it names each of ``words``."""
+    from course_lib.checks import CheckFailed
+
+    with pytest.raises(CheckFailed) as caught:
+        check(*args, **kwargs)
+    message = str(caught.value)
+    for word in words:
+        assert word in message, f"{word!r} not in the feedback:\n{message}"
+    return message

@@ -12,7 +12,7 @@ import torch
 
 from course_lib.checks import CheckFailed
 from course_lib.checks import kernels as checks
-from tests.kernel_notebooks import demo_answers, replace_in_answer, student
+from tests.kernel_notebooks import fails as _fails, demo_answers, replace_in_answer, student
 
 BASICS = "01_triton_basics"
 FUSED = "02_fused_rmsnorm"
@@ -26,15 +26,6 @@ def basics():
 @pytest.fixture(scope="module")
 def fused():
     return student(FUSED)
-
-
-def _fails(check, *args, words=(), **kwargs) -> str:
-    with pytest.raises(CheckFailed) as caught:
-        check(*args, **kwargs)
-    message = str(caught.value)
-    for word in words:
-        assert word in message, f"{word!r} not in the feedback:\n{message}"
-    return message
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import torch
 
 from course_lib.checks import CheckFailed
 from course_lib.checks import kernels_engine as checks
-from tests.kernel_notebooks import demo_answers, replace_in_answer, student
+from tests.kernel_notebooks import fails as _fails, demo_answers, replace_in_answer, student
 
 ENGINE = "05_into_the_engine"
 
@@ -19,15 +19,6 @@ ENGINE = "05_into_the_engine"
 @pytest.fixture(scope="module")
 def reference():
     return student(ENGINE)
-
-
-def _fails(check, *args, words=(), **kwargs) -> str:
-    with pytest.raises(CheckFailed) as caught:
-        check(*args, **kwargs)
-    message = str(caught.value)
-    for word in words:
-        assert word in message, f"{word!r} not in the feedback:\n{message}"
-    return message
 
 
 # ---------------------------------------------------------------------------------------------

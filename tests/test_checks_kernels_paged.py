@@ -15,10 +15,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.checks import CheckFailed
 from course_lib.checks import kernels_paged as checks
 from course_lib.kernels.paged_attention import paged_decode_attention_ref
-from tests.kernel_notebooks import demo_answers, replace_in_answer, student
+from tests.kernel_notebooks import fails as _fails, demo_answers, replace_in_answer, student
 
 DECODE = "03_paged_decode"
 SPLIT = "04_split_kv"
@@ -32,15 +31,6 @@ def decode():
 @pytest.fixture(scope="module")
 def split():
     return student(SPLIT)
-
-
-def _fails(check, *args, words=(), **kwargs) -> str:
-    with pytest.raises(CheckFailed) as caught:
-        check(*args, **kwargs)
-    message = str(caught.value)
-    for word in words:
-        assert word in message, f"{word!r} not in the feedback:\n{message}"
-    return message
 
 
 def _demo(name: str, notebook: str, grade_id: str) -> dict:
