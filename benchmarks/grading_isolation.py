@@ -6,8 +6,11 @@ student edition and runs the test cells in the grader, calling the student's cod
 This script grades the same submissions with both, alternating runs so the machine's load falls
 on both alike, and reports the median wall-clock time of each and their ratio (goal: <= 1.3).
 
-The old grader runs from a temporary git worktree of ``--baseline`` (default: the last commit
-before the isolation change) with this checkout's Python environment.
+Both grade the same lab: the old grader runs from a temporary copy of this checkout in which
+``course_lib/grading/`` and ``course_lib/commands/grade.py`` are those of ``--baseline`` (default:
+the last commit before the isolation change), so the notebooks, hidden tests and checks are
+today's in both runs and only the grading machinery differs. (Grading the baseline commit's own
+labs would compare older, lighter notebooks.)
 
     python benchmarks/grading_isolation.py --lab lab01-text-to-tensors --students correct blank --repeats 3
 """
@@ -26,6 +29,22 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BASELINE = "d42d4de"
+
+
+OLD_GRADER_PATHS = ("course_lib/grading", "course_lib/commands/grade.py")
+
+
+def _old_grader_on_todays_labs(target: Path, revision: str) -> None:
+    """This checkout's tracked files, with the grading machinery of ``revision`` in place of today's."""
+    target.mkdir(parents=True)
+    files = subprocess.run(["git", "ls-files", "-c", "-z"], cwd=ROOT, check=True, capture_output=True).stdout
+    for name in files.decode().split("\0"):
+        if name and not name.startswith(OLD_GRADER_PATHS) and (ROOT / name).is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, target / name)
+    archive = subprocess.run(["git", "archive", revision, *OLD_GRADER_PATHS], cwd=ROOT, check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-xf", "-"], cwd=target, input=archive, check=True)
 
 
 def _grade(checkout: Path, submissions: Path, out: Path, lab: str, pythonpath: str | None) -> float:
@@ -53,8 +72,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-isolation-") as scratch:
         scratch_path = Path(scratch)
         baseline = scratch_path / "baseline"
-        subprocess.run(["git", "worktree", "add", "--detach", str(baseline), args.baseline], cwd=ROOT, check=True,
-                       capture_output=True)
+        _old_grader_on_todays_labs(baseline, args.baseline)
         try:
             submissions = scratch_path / "submissions"
             for student in args.students:
@@ -70,7 +88,7 @@ def main() -> int:
                     times[name].append(_grade(checkout, submissions, out, args.lab, pythonpath))
                     print(f"run {repeat + 1}: {name}: {times[name][-1]:.1f} s", flush=True)
         finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(baseline)], cwd=ROOT, capture_output=True)
+            shutil.rmtree(baseline, ignore_errors=True)
     old, new = statistics.median(times["old (in-kernel)"]), statistics.median(times["isolated"])
     print(f"\n{args.lab}, students {', '.join(args.students)}, {args.repeats} alternated runs each")
     print(f"| grader | median s | runs |\n| --- | ---: | --- |")

@@ -12,14 +12,18 @@ import threading
 from contextlib import contextmanager
 
 import numpy as np
+import pickletools
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from course_lib.grading.channel import (
     GRADER,
     KERNEL,
     Endpoint,
     ProtocolError,
+    RemoteMethod,
     RemoteObject,
     Shared,
     StudentError,
@@ -59,8 +63,10 @@ class KernelHandler:
     """The kernel side of the tests: a tiny namespace of student objects."""
 
     def __init__(self):
+        shadowed = StudentThing(5)
+        shadowed.double = lambda: "the instance's own"
         self.namespace = {"thing": StudentThing(21), "make_thing": StudentThing, "values": [1, 2.5, "x"],
-                          "raise_fake_gpu": self.raise_fake_gpu}
+                          "raise_fake_gpu": self.raise_fake_gpu, "shadowed": shadowed}
         self.endpoint: Endpoint | None = None
 
     @staticmethod
@@ -73,6 +79,10 @@ class KernelHandler:
         if op == "call":
             target, call_args, call_kwargs = args
             return target(*call_args, **call_kwargs)
+        if op == "call_method":   # what course_lib.grading.kernel does
+            target, name, call_args, call_kwargs, in_place = args
+            value = getattr(target, name)(*call_args, **call_kwargs)
+            return (value, call_args, call_kwargs) if in_place else value
         if op == "getattr":
             return getattr(*args)
         if op == "special":
@@ -264,6 +274,72 @@ def test_the_grader_refuses_pickles_that_could_build_objects(payload):
 
 def test_plain_pickles_pass_the_opcode_check():
     check_opcodes(pickle.dumps({"a": [1, 2.0, "x", b"y", (None, True)], "s": {1}, "f": frozenset()}, protocol=5))
+
+
+_plain_data = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.integers(min_value=-2**300, max_value=2**300)
+    | st.floats(allow_nan=False) | st.text() | st.binary() | st.text(min_size=300, max_size=400),
+    lambda children: st.lists(children, max_size=6) | st.tuples(children, children)
+    | st.dictionaries(st.text(max_size=5), children, max_size=4)
+    | st.frozensets(st.integers(), max_size=4),
+    max_leaves=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_plain_data, protocol=st.integers(min_value=0, max_value=5))
+def test_the_fast_opcode_walk_steps_where_pickletools_does(value, protocol):
+    """check_opcodes walks the bytes itself (genops is too slow for every message): it must find the
+    same opcodes at the same offsets, and refuse exactly the pickles that use a forbidden one."""
+    from course_lib.grading.channel import _SAFE_OPCODES
+
+    payload = pickle.dumps(value, protocol=protocol)
+    opcodes = list(pickletools.genops(payload))
+    if all(opcode.name in _SAFE_OPCODES for opcode, _, _ in opcodes):
+        positions: list[int] = []
+        check_opcodes(payload, positions)
+        assert positions == [position for _, _, position in opcodes]
+    else:   # old protocols spell sets and big ints with GLOBAL and REDUCE
+        with pytest.raises(ProtocolError, match="forbidden"):
+            check_opcodes(payload)
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=_plain_data, cut=st.integers(min_value=1, max_value=50), junk=st.binary(min_size=1, max_size=4))
+def test_a_truncated_or_garbled_pickle_is_refused_never_read_past(value, cut, junk):
+    payload = pickle.dumps(value, protocol=5)
+    with pytest.raises(ProtocolError):
+        check_opcodes(payload[:max(0, len(payload) - cut)])
+    garbled = payload[:-1] + junk   # STOP replaced: whatever the bytes are, the walk must end in a refusal
+    if junk[:1] != pickle.STOP:
+        try:
+            check_opcodes(garbled)
+        except ProtocolError:
+            pass
+        else:   # accepted only if the walk found a STOP, so the unpickler stops there too
+            assert pickle.STOP in garbled
+
+
+def test_a_method_call_on_a_handle_is_one_request_and_looks_the_method_up_when_called():
+    with channel_pair() as (grader, printed, _):
+        thing = grader.request("global", "thing")
+        sent = []
+        original_send = grader.send
+        grader.send = lambda message: (sent.append(message.get("op")), original_send(message))[1]
+        method = thing.double
+        assert isinstance(method, RemoteMethod) and sent == [], "reading a method costs no request"
+        assert method() == 42 and sent == ["call_method"]
+        assert thing.double == method and hash(thing.double) == hash(method)
+        assert "double" in repr(method)
+        sent.clear()
+        assert thing.value == 21 and sent == ["getattr"], "a data attribute is still read when asked"
+        grader.send = original_send
+        # The kernel looks the method up when the call arrives, as Python would: an attribute of the
+        # instance with the method's name wins over the class's method.
+        assert grader.request("global", "shadowed").double() == "the instance's own"
+    with channel_pair() as (grader, _, _):
+        thing = grader.request("global", "thing")
+        echoed = grader.request("echo", thing.double)   # goes home as the bound method, comes back as a handle
+        assert isinstance(echoed, RemoteObject) and echoed() == 42
 
 
 def test_module_names_are_received_only_from_the_allowlist():

@@ -46,6 +46,7 @@ import struct
 import threading
 import time
 import traceback
+import types
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -55,6 +56,7 @@ __all__ = [
     "ChannelTimeout",
     "Endpoint",
     "ProtocolError",
+    "RemoteMethod",
     "RemoteObject",
     "Shared",
     "StudentError",
@@ -225,6 +227,8 @@ class _Pickler(pickle.Pickler):
             return None
         if isinstance(obj, (RemoteObject, _SharedProxy)):
             return ("ref", obj._owner, obj._id)
+        if isinstance(obj, RemoteMethod):
+            return ("method", obj._target._owner, obj._target._id, obj._name)
         if isinstance(obj, Shared):
             return ("handle", self.endpoint.side, self.endpoint.export(obj), _describe(obj.obj, obj.methods))
         module = kind.__module__
@@ -325,7 +329,25 @@ def _describe(obj: Any, methods: tuple[str, ...] | None = None) -> dict:
         info["name"] = name
     if methods is not None:
         info["methods"] = list(methods)
+    elif not isinstance(obj, type):
+        info["class_methods"] = _class_methods(kind)
     return info
+
+
+def _class_methods(kind: type) -> list[str]:
+    """Names of the plain functions ``kind`` defines or inherits (not object's): its methods.
+
+    Sent with a handle so that ``handle.method(...)`` costs one request (``call_method``) instead of
+    two (read the attribute, then call it). The kernel still looks the attribute up when the call
+    arrives, so an instance attribute or a method replaced later wins, as it would locally.
+    """
+    names: set[str] = set()
+    for cls in kind.__mro__:
+        if cls is object:
+            continue
+        names.update(name for name, value in vars(cls).items()
+                     if isinstance(value, types.FunctionType) and not name.startswith("__"))
+    return sorted(names)
 
 
 def _rebuild_tensor(dtype_name: str, shape: tuple, raw: bytes, stride: tuple | None = None,
@@ -440,22 +462,72 @@ class _Unpickler(pickle.Unpickler):
         if tag == "ref":
             owner, handle_id = fields
             return self.endpoint.resolve(owner, handle_id)
+        if tag == "method":  # a RemoteMethod of the grader's, coming home to the kernel
+            owner, handle_id, name = fields
+            if self.endpoint.side != KERNEL or owner != KERNEL or not isinstance(name, str):
+                raise ProtocolError("a method reference travels only from the grader to its owner")
+            return getattr(self.endpoint.resolve(owner, handle_id), name)
         if tag == "handle":
             owner, handle_id, info = fields
             return self.endpoint.proxy(owner, handle_id, info)
         raise ProtocolError(f"unknown tag {tag!r}")
 
 
-def check_opcodes(payload: bytes) -> None:
-    """Refuse a pickle that uses anything but plain-data and persistent-id opcodes."""
-    try:
-        for opcode, _argument, _position in pickletools.genops(payload):
-            if opcode.name not in _SAFE_OPCODES:
-                raise ProtocolError(f"forbidden pickle opcode {opcode.name}")
-    except ProtocolError:
-        raise
-    except Exception as error:  # a truncated or garbled pickle
-        raise ProtocolError(f"unreadable frame: {error}") from None
+def _opcode_table() -> dict[int, int]:
+    """Byte -> argument length of every allowed opcode, from pickletools' own descriptions.
+
+    A length >= 0 is a fixed number of bytes; the negative codes are pickletools' (up to a newline,
+    or a length prefix of 1, 4 or 8 bytes). Deriving the table from ``pickletools.opcodes`` keeps
+    the walk below in step with what ``genops`` and the unpickler read.
+    """
+    return {ord(opcode.code.encode("latin-1")): opcode.arg.n if opcode.arg is not None else 0
+            for opcode in pickletools.opcodes if opcode.name in _SAFE_OPCODES}
+
+
+_ALLOWED_OPCODES = _opcode_table()
+_OPCODE_NAMES = {ord(opcode.code.encode("latin-1")): opcode.name for opcode in pickletools.opcodes}
+_LENGTH_PREFIX = {pickletools.TAKEN_FROM_ARGUMENT1: (1, False), pickletools.TAKEN_FROM_ARGUMENT4: (4, True),
+                  pickletools.TAKEN_FROM_ARGUMENT4U: (4, False), pickletools.TAKEN_FROM_ARGUMENT8U: (8, False)}
+_STOP = ord(pickle.STOP)
+
+
+def check_opcodes(payload: bytes, positions: list[int] | None = None) -> None:
+    """Refuse a pickle that uses anything but plain-data and persistent-id opcodes.
+
+    Walks the opcodes the way ``pickletools.genops`` does (each opcode, then its argument), but
+    without building a description of each: every message from the kernel passes here, and a
+    check can send a hundred thousand of them. ``positions`` (for the tests) collects the offset
+    of every opcode.
+    """
+    index, end = 0, len(payload)
+    while index < end:
+        code = payload[index]
+        length = _ALLOWED_OPCODES.get(code)
+        if length is None:
+            name = _OPCODE_NAMES.get(code)
+            raise ProtocolError(f"forbidden pickle opcode {name}" if name else
+                                f"unreadable frame: unknown opcode byte {code:#x} at {index}")
+        if positions is not None:
+            positions.append(index)
+        index += 1
+        if code == _STOP:
+            return
+        if length >= 0:
+            index += length
+        elif length == pickletools.UP_TO_NEWLINE:
+            newline = payload.find(b"\n", index)
+            if newline < 0:
+                break
+            index = newline + 1
+        else:
+            size, signed = _LENGTH_PREFIX[length]
+            if index + size > end:
+                break
+            count = int.from_bytes(payload[index:index + size], "little", signed=signed)
+            if count < 0:
+                raise ProtocolError(f"unreadable frame: negative length at {index}")
+            index += size + count
+    raise ProtocolError("unreadable frame: truncated pickle (no STOP opcode)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -496,6 +568,8 @@ class RemoteObject:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name not in ("__name__", "__qualname__", "__doc__"):
             raise AttributeError(name)
+        if name in self._info.get("class_methods", ()):
+            return RemoteMethod(self, name)   # looked up when called: one request for obj.method(...)
         return self._request("getattr", name)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -514,10 +588,7 @@ class RemoteObject:
         kernel's copy; this puts the result where a local call would have left it.
         """
         value, new_args, new_kwargs = self._request("call_in_place", args, kwargs)
-        for original, changed in zip(args, new_args):
-            write_back(original, changed)
-        for key, original in kwargs.items():
-            write_back(original, new_kwargs.get(key))
+        _write_back_arguments(args, kwargs, new_args, new_kwargs)
         return value
 
     def __len__(self) -> int:
@@ -578,6 +649,80 @@ class RemoteObject:
 
     def __reduce_ex__(self, protocol):
         raise TypeError("a handle to the student's kernel cannot be pickled outside the channel")
+
+
+class RemoteMethod:
+    """``handle.name`` where ``name`` is a method of the remote object's class, not yet looked up.
+
+    Calling it sends one ``call_method`` request: the kernel reads the attribute and calls it, so
+    ``allocator.free(seq)`` costs one round trip, not two. Anything else asked of it (its
+    attributes, its repr) goes to the real bound method over there.
+    """
+
+    __course_remote__ = True
+    __slots__ = ("_target", "_name")
+
+    def __init__(self, target: RemoteObject, name: str) -> None:
+        object.__setattr__(self, "_target", target)
+        object.__setattr__(self, "_name", name)
+
+    @property
+    def _info(self) -> dict:
+        return {"type": "builtins.method", "callable": True, "name": self._name}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._target._request("call_method", self._name, args, kwargs, False)
+
+    def _call_in_place(self, args: tuple, kwargs: dict) -> Any:
+        value, new_args, new_kwargs = self._target._request("call_method", self._name, args, kwargs, True)
+        _write_back_arguments(args, kwargs, new_args, new_kwargs)
+        return value
+
+    def _request(self, op: str, *args: Any) -> Any:
+        return self._bound()._request(op, *args)
+
+    def _bound(self) -> Any:
+        bound = self._target._request("getattr", self._name)
+        if not isinstance(bound, RemoteObject):
+            raise TypeError(f"{self._name} of the student's object is no longer a method")
+        return bound
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "__name__":
+            return self._name
+        if name.startswith("__") and name not in ("__qualname__", "__doc__"):
+            raise AttributeError(name)
+        return getattr(self._bound(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._bound(), name, value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RemoteMethod) and other._target is self._target and other._name == self._name
+
+    def __hash__(self) -> int:
+        return hash((self._target, self._name))
+
+    def __repr__(self) -> str:
+        return f"<method {self._name} of {self._target._info.get('type', 'an object')} in the student's kernel>"
+
+    def __copy__(self) -> "RemoteMethod":
+        return self
+
+    def __deepcopy__(self, memo: dict) -> "RemoteMethod":
+        return self
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("a handle to the student's kernel cannot be pickled outside the channel")
+
+
+def _write_back_arguments(args: tuple, kwargs: dict, new_args: Any, new_kwargs: Any) -> None:
+    if not isinstance(new_args, (list, tuple)) or not isinstance(new_kwargs, dict):
+        raise ProtocolError("a call in place must send back its arguments")
+    for original, changed in zip(args, new_args):
+        write_back(original, changed)
+    for key, original in kwargs.items():
+        write_back(original, new_kwargs.get(key))
 
 
 def write_back(original: Any, changed: Any) -> None:

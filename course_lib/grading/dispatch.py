@@ -17,6 +17,7 @@ result it finished; ``--resume`` goes on from there.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from course_lib.grading.layout import GradingError, Workspace, gpu_available
 from course_lib.grading.progress import Progress
 from course_lib.grading.results import NEEDS_GPU, LabResult, missing_notebook
 from course_lib.grading.snapshot import (LabBundle, Snapshot, SnapshotError, course_fingerprint, folder_digest,
-                                         lab_bundle, lab_needs_gpu, take_snapshot)
+                                         lab_bundle, lab_needs_gpu, prepared_workspace_files, take_snapshot)
 from course_lib.grading.store import ResultStore, StoredResult
 
 __all__ = ["GradeRun", "grade"]
@@ -234,13 +235,16 @@ class _Dispatcher:
                 self.check_health()
 
 
-def _validate_labs(solutions_dir: Path, labs: list[str], scratch: Path) -> None:
-    """generate_assignment for each lab here first: a broken lab stops the run before any worker starts."""
+def _prepare_labs(solutions_dir: Path, bundles: dict[str, LabBundle], labs: list[str], scratch: Path) -> None:
+    """generate_assignment for each lab here, once: a broken lab stops the run before any worker starts,
+    and the workers receive the prepared workspace with the lab's bundle instead of running nbgrader."""
     from course_lib.grading.release import generate_release
 
-    workspace = Workspace.create(scratch / "validate")
     for lab in labs:
+        workspace = Workspace.create(scratch / f"prepare-{lab}")
         generate_release(solutions_dir, lab, workspace)
+        bundles[lab] = dataclasses.replace(bundles[lab], prepared=prepared_workspace_files(workspace.root, lab,
+                                                                                 bundles[lab].digest))
 
 
 def grade(submissions_dir: Path, out_dir: Path, *, solutions_dir: Path, known_labs: list[str],
@@ -300,7 +304,7 @@ def grade(submissions_dir: Path, out_dir: Path, *, solutions_dir: Path, known_la
                       else start_local(min(jobs, len(todo) + len(maybe))))
         progress = None
         try:
-            _validate_labs(solutions_dir, sorted({s.lab for s in todo + maybe}), Path(scratch))
+            _prepare_labs(solutions_dir, bundles, sorted({s.lab for s in todo + maybe}), Path(scratch))
             run.cluster = connection.description
             run.workers = check_workers(connection, fingerprint)
             gpu_resource_route = bool(cluster) and any(w.gpu_resource for w in run.workers)

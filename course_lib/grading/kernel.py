@@ -8,8 +8,8 @@ over the channel:
 
 - ``exec_cell(source)``: run a notebook cell; reply with its nbformat outputs;
 - ``global(name)``: a name of the notebook's namespace (a value, or a handle to an object);
-- ``call`` / ``getattr`` / ``setattr`` / ``delattr`` / ``special`` on a handle: what a check does
-  with a student's object;
+- ``call`` / ``call_method`` / ``getattr`` / ``setattr`` / ``delattr`` / ``special`` on a handle:
+  what a check does with a student's object;
 - ``build(module, qualname, args, kwargs)``: a platform object of this edition of ``course_lib``
   (``checks.make``), built here, next to the student's code.
 
@@ -110,7 +110,7 @@ class Kernel:
             return self.exec_cell(*args)
         if op == "global":
             return self.lookup(*args)
-        if op in ("call", "call_in_place", "getattr", "setattr", "delattr", "special", "build"):
+        if op in ("call", "call_in_place", "call_method", "getattr", "setattr", "delattr", "special", "build"):
             return self._run_for_grader(getattr(self, f"_{op}"), args)
         if op == "listen":
             return self.listen(*args)
@@ -156,6 +156,14 @@ class Kernel:
         """A call whose arguments the grader wants back afterwards (the function changes them in place)."""
         value = target(*call_args, **call_kwargs)
         return (value, call_args, call_kwargs)
+
+    @staticmethod
+    def _call_method(target: Any, name: str, call_args: tuple, call_kwargs: dict, in_place: bool) -> Any:
+        """``target.name(*call_args, **call_kwargs)`` in one request (the attribute is read now)."""
+        if not isinstance(name, str):
+            raise TypeError(f"a method name must be a string, got {type(name).__name__}")
+        value = getattr(target, name)(*call_args, **call_kwargs)
+        return (value, call_args, call_kwargs) if in_place else value
 
     @staticmethod
     def _getattr(target: Any, name: str) -> Any:

@@ -104,6 +104,34 @@ def kernel_environment(threads: int | None = None) -> dict[str, str]:
     return env
 
 
+_EMPTY_GRADEBOOK: list[bytes] = []   # made once per process
+
+
+def _alembic_head() -> str:
+    """The gradebook schema version nbgrader's migrations end at (what ``alembic heads`` prints)."""
+    import nbgrader
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(nbgrader.__file__).parent / "alembic"))
+    return str(ScriptDirectory.from_config(config).get_current_head())
+
+
+def _write_empty_gradebook(path: Path) -> None:
+    if not _EMPTY_GRADEBOOK:
+        from unittest import mock
+
+        from nbgrader.api import Gradebook
+
+        with tempfile.TemporaryDirectory(prefix="course-gradebook-") as scratch:
+            database = Path(scratch) / "gradebook.db"
+            with mock.patch("nbgrader.api.get_alembic_version", _alembic_head):
+                Gradebook(f"sqlite:///{database}", COURSE_ID).close()
+            _EMPTY_GRADEBOOK.append(database.read_bytes())
+    path.write_bytes(_EMPTY_GRADEBOOK[0])
+
+
 @dataclass
 class Workspace:
     """An nbgrader course root: source/, release/, submitted/, autograded/, feedback/, gradebook.db."""
@@ -119,7 +147,21 @@ class Workspace:
         root.mkdir(parents=True, exist_ok=True)
         workspace = cls(root=root.resolve(), timeout=timeout)
         workspace.write_config()
+        workspace.create_gradebook()
         return workspace
+
+    def create_gradebook(self) -> None:
+        """An empty nbgrader gradebook (the course's row and the schema version), unless there is one.
+
+        nbgrader makes the same file on first use, but finds the schema version by starting an
+        ``alembic heads`` process (5 s, three times per grading run); here it is read in-process.
+        """
+        database = self.path("gradebook.db")
+        if database.exists():
+            return
+        staging = self.path(f".gradebook.db.{os.getpid()}.tmp")
+        _write_empty_gradebook(staging)
+        os.replace(staging, database)
 
     @property
     def config_path(self) -> Path:

@@ -50,12 +50,17 @@ def merge_gradebook(out_dir: Path, solutions_dir: Path, stored: list[StoredResul
     from nbgrader.utils import parse_utc
 
     from course_lib.grading.release import generate_release
+    from course_lib.grading.snapshot import LabBundle, prepared_earlier
 
     notes: list[str] = []
     labs = sorted({entry.result.lab for entry in stored})
     with tempfile.TemporaryDirectory(prefix="course-gradebook-") as scratch:
         workspace = Workspace.create(Path(scratch))
-        for lab in labs:
+        prepared = prepared_earlier(solutions_dir, labs[0]) if len(labs) == 1 and (solutions_dir / labs[0]).is_dir() \
+            else None
+        if prepared:   # the gradebook this run prepared for its one lab: nbgrader need not run again
+            LabBundle(labs[0], {}, "", prepared).write_prepared(workspace.root)
+        for lab in labs if not prepared else []:
             if (solutions_dir / lab).is_dir():
                 generate_release(solutions_dir, lab, workspace)   # the lab, its notebooks, cells and points
             else:

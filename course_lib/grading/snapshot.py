@@ -95,6 +95,9 @@ class LabBundle:
     lab: str
     files: dict[str, bytes] = field(repr=False)   # relative POSIX path -> bytes
     digest: str
+    # A workspace where generate_assignment already ran for this lab (gradebook.db, source/, release/),
+    # made once by the machine that sends the work: a worker copies it instead of running nbgrader.
+    prepared: dict[str, bytes] = field(default_factory=dict, repr=False)
 
     def notebook_names(self) -> list[str]:
         return sorted(Path(name).stem for name in self.files if "/" not in name and name.endswith(".ipynb"))
@@ -107,6 +110,36 @@ class LabBundle:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
         return lab_dir
+
+
+    def write_prepared(self, workspace_root: Path) -> bool:
+        """Lay the prepared workspace files into ``workspace_root``; False when the bundle has none."""
+        for name, data in self.prepared.items():
+            path = workspace_root / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        return bool(self.prepared)
+
+
+# Prepared workspaces made by this process, by (lab, digest of its sources): the gradebook merged at
+# the end of a run starts from the one the run prepared instead of running nbgrader again.
+_PREPARED_HERE: dict[tuple[str, str], dict[str, bytes]] = {}
+
+
+def prepared_workspace_files(workspace_root: Path, lab: str, digest: str) -> dict[str, bytes]:
+    """What ``generate_assignment`` left for ``lab`` in a workspace: its gradebook, source and release."""
+    files = {"gradebook.db": (workspace_root / "gradebook.db").read_bytes()}
+    for part in ("source", "release"):
+        folder = workspace_root / part / lab
+        files.update({path.relative_to(workspace_root).as_posix(): path.read_bytes()
+                      for path in sorted(folder.rglob("*")) if path.is_file()})
+    _PREPARED_HERE[(lab, digest)] = files
+    return files
+
+
+def prepared_earlier(solutions_dir: Path, lab: str) -> dict[str, bytes] | None:
+    """The workspace files this process prepared for ``lab``, if its sources have not changed since."""
+    return _PREPARED_HERE.get((lab, lab_bundle(solutions_dir, lab).digest))
 
 
 _SKIPPED_PARTS = {".ipynb_checkpoints", "__pycache__"}

@@ -2,9 +2,9 @@
 
 A task (``GradingTask``) carries the submission's bytes; the lab's sources arrive as a
 ``LabBundle`` (scattered once per lab, so each worker receives them once). Each worker process
-prepares a lab once and keeps it (``PreparedLab``: the sources written out, nbgrader's
-``generate_assignment`` run in a workspace of its own, the student edition of ``course_lib`` for
-that lab built), keyed by the digest of the lab's sources and the time limit, then grades student
+prepares a lab once and keeps it (``PreparedLab``: the sources written out, the workspace where
+nbgrader's ``generate_assignment`` ran (sent with the bundle, or run here), the student edition of
+``course_lib`` for that lab built), keyed by the digest of the lab's sources and the time limit, then grades student
 after student in it with the same ``Grader`` as a single machine: the student's code runs in an
 isolated kernel on the student edition, the test cells in an nbgrader process of the grader's.
 
@@ -83,7 +83,8 @@ def prepared_lab(bundle: LabBundle, timeout: int, locked_labs: tuple[str, ...]) 
     solutions_dir = root / "private" / "solutions"
     bundle.write(solutions_dir)
     workspace = Workspace.create(root / "private" / "workspace", timeout=timeout)
-    generate_release(solutions_dir, bundle.lab, workspace)   # raises GradingError if the lab is broken
+    if not bundle.write_prepared(workspace.root):   # prepared by the sender: nbgrader has nothing to do
+        generate_release(solutions_dir, bundle.lab, workspace)   # raises GradingError if the lab is broken
     edition = root / "edition"
     build_edition(edition, list(locked_labs))
     _PREPARED[key] = PreparedLab(bundle.lab, root, solutions_dir, edition, workspace)
