@@ -535,7 +535,23 @@ def check_opcodes(payload: bytes, positions: list[int] | None = None) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-class RemoteObject:
+class _Handle:
+    """What every handle to the kernel shares: copying it gives the same handle (checks deep-copy
+    arguments before a call), and it never leaves the channel any other way."""
+
+    __slots__ = ()
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo: dict):
+        return self
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("a handle to the student's kernel cannot be pickled outside the channel")
+
+
+class RemoteObject(_Handle):
     """A handle to an object on the other side of the channel.
 
     Calls, attribute reads and writes, ``len``, iteration, indexing and ``in`` go to the owner.
@@ -639,19 +655,8 @@ class RemoteObject:
     def __dir__(self):
         return []
 
-    # A handle names one object over there: copying it gives the same handle (checks deep-copy
-    # arguments before a call), and it never leaves the channel any other way.
-    def __copy__(self) -> "RemoteObject":
-        return self
 
-    def __deepcopy__(self, memo: dict) -> "RemoteObject":
-        return self
-
-    def __reduce_ex__(self, protocol):
-        raise TypeError("a handle to the student's kernel cannot be pickled outside the channel")
-
-
-class RemoteMethod:
+class RemoteMethod(_Handle):
     """``handle.name`` where ``name`` is a method of the remote object's class, not yet looked up.
 
     Calling it sends one ``call_method`` request: the kernel reads the attribute and calls it, so
@@ -694,9 +699,6 @@ class RemoteMethod:
             raise AttributeError(name)
         return getattr(self._bound(), name)
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._bound(), name, value)
-
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RemoteMethod) and other._target is self._target and other._name == self._name
 
@@ -705,15 +707,6 @@ class RemoteMethod:
 
     def __repr__(self) -> str:
         return f"<method {self._name} of {self._target._info.get('type', 'an object')} in the student's kernel>"
-
-    def __copy__(self) -> "RemoteMethod":
-        return self
-
-    def __deepcopy__(self, memo: dict) -> "RemoteMethod":
-        return self
-
-    def __reduce_ex__(self, protocol):
-        raise TypeError("a handle to the student's kernel cannot be pickled outside the channel")
 
 
 def _write_back_arguments(args: tuple, kwargs: dict, new_args: Any, new_kwargs: Any) -> None:

@@ -50,7 +50,7 @@ def merge_gradebook(out_dir: Path, solutions_dir: Path, stored: list[StoredResul
     from nbgrader.utils import parse_utc
 
     from course_lib.grading.release import generate_release
-    from course_lib.grading.snapshot import LabBundle, prepared_earlier
+    from course_lib.grading.snapshot import prepared_earlier, write_workspace_files
 
     notes: list[str] = []
     labs = sorted({entry.result.lab for entry in stored})
@@ -59,7 +59,7 @@ def merge_gradebook(out_dir: Path, solutions_dir: Path, stored: list[StoredResul
         prepared = prepared_earlier(solutions_dir, labs[0]) if len(labs) == 1 and (solutions_dir / labs[0]).is_dir() \
             else None
         if prepared:   # the gradebook this run prepared for its one lab: nbgrader need not run again
-            LabBundle(labs[0], {}, "", prepared).write_prepared(workspace.root)
+            write_workspace_files(workspace.root, prepared)
         for lab in labs if not prepared else []:
             if (solutions_dir / lab).is_dir():
                 generate_release(solutions_dir, lab, workspace)   # the lab, its notebooks, cells and points

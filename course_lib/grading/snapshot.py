@@ -114,11 +114,16 @@ class LabBundle:
 
     def write_prepared(self, workspace_root: Path) -> bool:
         """Lay the prepared workspace files into ``workspace_root``; False when the bundle has none."""
-        for name, data in self.prepared.items():
-            path = workspace_root / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
+        write_workspace_files(workspace_root, self.prepared)
         return bool(self.prepared)
+
+
+def write_workspace_files(workspace_root: Path, files: dict[str, bytes]) -> None:
+    """Write ``files`` (relative POSIX path -> bytes, as ``prepared_workspace_files`` made them)."""
+    for name, data in files.items():
+        path = workspace_root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
 
 
 # Prepared workspaces made by this process, by (lab, digest of its sources): the gradebook merged at
@@ -127,7 +132,8 @@ _PREPARED_HERE: dict[tuple[str, str], dict[str, bytes]] = {}
 
 
 def prepared_workspace_files(workspace_root: Path, lab: str, digest: str) -> dict[str, bytes]:
-    """What ``generate_assignment`` left for ``lab`` in a workspace: its gradebook, source and release."""
+    """What ``generate_assignment`` left for ``lab`` in a workspace: its gradebook, source and release
+    (also remembered for ``prepared_earlier``)."""
     files = {"gradebook.db": (workspace_root / "gradebook.db").read_bytes()}
     for part in ("source", "release"):
         folder = workspace_root / part / lab
