@@ -18,6 +18,7 @@ labs would compare older, lighter notebooks.)
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,17 +49,49 @@ def _old_grader_on_todays_labs(target: Path, revision: str) -> None:
     subprocess.run(["tar", "-xf", "-"], cwd=target, input=archive, check=True)
 
 
-def _grade(checkout: Path, submissions: Path, out: Path, lab: str, pythonpath: str | None) -> float:
+def _grade(checkout: Path, submissions: Path, out: Path, lab: str, pythonpath: str | None,
+           extra: tuple[str, ...] = ()) -> float:
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     started = time.perf_counter()
     completed = subprocess.run([sys.executable, "-m", "course_lib.cli", "grade", str(submissions), "--out", str(out),
-                                "--lab", lab], cwd=checkout, env=env, capture_output=True, text=True)
+                                "--lab", lab, *extra], cwd=checkout, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - started
     if completed.returncode != 0:
         raise SystemExit(f"grading failed in {checkout}:\n{completed.stderr[-3000:]}")
     return seconds
+
+
+def cell_seconds(out: Path) -> dict[tuple[str, str, int], tuple[float, str]]:
+    """(student, notebook, code cell number) -> (seconds, first line) from an output folder's autograded
+    notebooks, which both graders stamp with nbclient's timing keys."""
+    seconds = {}
+    for path in sorted(out.glob("**/autograded/*/*/*.ipynb")):
+        cells = [cell for cell in json.loads(path.read_text())["cells"] if cell["cell_type"] == "code"]
+        for number, cell in enumerate(cells, 1):
+            timing = cell.get("metadata", {}).get("execution", {})
+            if "iopub.status.busy" in timing and "shell.execute_reply" in timing:
+                start, end = (datetime.fromisoformat(timing[key].replace("Z", "+00:00"))
+                              for key in ("iopub.status.busy", "shell.execute_reply"))
+                source = "".join(cell["source"]).strip().splitlines() or [""]
+                seconds[(path.parts[-3], path.stem, number)] = ((end - start).total_seconds(), source[0][:60])
+    return seconds
+
+
+def print_cell_comparison(old_out: Path, new_out: Path, count: int) -> None:
+    """The ``count`` cells whose time differs most between the two graders, and the totals."""
+    old, new = cell_seconds(old_out), cell_seconds(new_out)
+    shared = sorted(set(old) & set(new), key=lambda key: old[key][0] - new[key][0])
+    print(f"\ncode cells: old {sum(v for v, _ in old.values()):.1f} s, isolated {sum(v for v, _ in new.values()):.1f} s"
+          f"\n| student | notebook | cell | old s | isolated s | first line |\n| --- | --- | ---: | ---: | ---: | --- |")
+    for key in shared[:count]:
+        print(f"| {key[0]} | {key[1]} | {key[2]} | {old[key][0]:.2f} | {new[key][0]:.2f} | `{new[key][1]}` |")
+    notebooks = sorted({key[:2] for key in old} | {key[:2] for key in new})
+    print("\n| student | notebook | old s | isolated s |\n| --- | --- | ---: | ---: |")
+    for notebook in notebooks:
+        totals = [sum(v for key, (v, _) in side.items() if key[:2] == notebook) for side in (old, new)]
+        print(f"| {notebook[0]} | {notebook[1]} | {totals[0]:.1f} | {totals[1]:.1f} |")
 
 
 def main() -> int:
@@ -66,6 +100,8 @@ def main() -> int:
     parser.add_argument("--students", nargs="+", default=["correct"], help="demo students to grade")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--baseline", default=DEFAULT_BASELINE, help="git revision of the old grader")
+    parser.add_argument("--cells", type=int, default=0, metavar="N",
+                        help="also print the N cells whose time differs most between the graders (last run)")
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
@@ -85,8 +121,13 @@ def main() -> int:
                 for name, checkout, pythonpath in (("old (in-kernel)", baseline, str(baseline)),
                                                     ("isolated", ROOT, None)):
                     out = scratch_path / f"out-{name[:3]}-{repeat}"
-                    times[name].append(_grade(checkout, submissions, out, args.lab, pythonpath))
+                    # The old grader keeps its autograded notebooks (with cell timings) only in a named workspace.
+                    extra = ("--workspace", str(out / "workspace")) if pythonpath else ()
+                    times[name].append(_grade(checkout, submissions, out, args.lab, pythonpath, extra))
                     print(f"run {repeat + 1}: {name}: {times[name][-1]:.1f} s", flush=True)
+            if args.cells:
+                last = args.repeats - 1
+                print_cell_comparison(scratch_path / f"out-old-{last}", scratch_path / f"out-iso-{last}", args.cells)
         finally:
             shutil.rmtree(baseline, ignore_errors=True)
     old, new = statistics.median(times["old (in-kernel)"]), statistics.median(times["isolated"])

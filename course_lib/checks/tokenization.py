@@ -565,8 +565,10 @@ def smollm2_embedding_table():
     Cached: test cells share one copy, so a check must never let an answer write into it
     (``check_embed`` passes the answer a copy).
     """
-    import gguf
     import torch
 
-    tensor = next(t for t in _open_smollm2_gguf().tensors if t.name == "token_embd.weight")
-    return torch.from_numpy(gguf.quants.dequantize(tensor.data, tensor.tensor_type))
+    from course_lib.gguf_file import dequantize_by_name
+
+    # From the disk cache when an earlier process made it: neither the GGUF header (3 s) nor the
+    # dequantization is repeated.
+    return torch.from_numpy(dequantize_by_name("token_embd.weight"))

@@ -121,28 +121,45 @@ def write_frame(fd: int, payload: bytes) -> None:
         data = data[written:]
 
 
-def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes:
-    chunks, remaining = [], size
-    while remaining:
-        if deadline is not None:
-            wait = deadline - time.monotonic()
-            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
-                raise ChannelTimeout(f"no message within the time limit ({size - remaining} of {size} bytes read)")
-        chunk = os.read(fd, min(remaining, 1 << 20))
-        if not chunk:
-            raise ChannelClosed("the other side of the channel closed it")
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
+class FrameReader:
+    """Frames from a blocking file descriptor, read in chunks of up to a megabyte.
 
+    A small message (most requests and replies: a method call, a list of block ids) usually arrives
+    whole in one read, so it costs one ``select`` and one ``read`` instead of two of each (header,
+    then payload): a check may exchange a hundred thousand of them with the kernel.
+    """
 
-def read_frame(fd: int, deadline: float | None = None) -> bytes:
-    """Receive one frame; ``deadline`` is a ``time.monotonic()`` value (None: wait forever)."""
-    (size,) = _HEADER.unpack(_read_exactly(fd, _HEADER.size, deadline))
-    if size > MAX_FRAME_BYTES:
-        raise ProtocolError(f"frame of {size} bytes announced; the limit is {MAX_FRAME_BYTES}")
-    # Once a frame has started, the rest follows at once: give it time even past the deadline.
-    return _read_exactly(fd, size, None if deadline is None else max(deadline, time.monotonic() + 30))
+    CHUNK = 1 << 20
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._buffer = bytearray()
+
+    def read(self, deadline: float | None = None) -> bytes:
+        """Receive one frame; ``deadline`` is a ``time.monotonic()`` value (None: wait forever)."""
+        self._fill(_HEADER.size, deadline)
+        (size,) = _HEADER.unpack_from(self._buffer)
+        if size > MAX_FRAME_BYTES:
+            raise ProtocolError(f"frame of {size} bytes announced; the limit is {MAX_FRAME_BYTES}")
+        # Once a frame has started, the rest follows at once: give it time even past the deadline.
+        self._fill(_HEADER.size + size, None if deadline is None else max(deadline, time.monotonic() + 30))
+        end = _HEADER.size + size
+        with memoryview(self._buffer) as view:
+            frame = bytes(view[_HEADER.size:end])
+        del self._buffer[:end]
+        return frame
+
+    def _fill(self, needed: int, deadline: float | None) -> None:
+        while len(self._buffer) < needed:
+            if deadline is not None:
+                wait = deadline - time.monotonic()
+                if wait <= 0 or not select.select([self.fd], [], [], wait)[0]:
+                    raise ChannelTimeout(f"no message within the time limit ({len(self._buffer)} of {needed} "
+                                         "bytes read)")
+            chunk = os.read(self.fd, min(max(needed - len(self._buffer), 1 << 16), self.CHUNK))
+            if not chunk:
+                raise ChannelClosed("the other side of the channel closed it")
+            self._buffer += chunk
 
 
 # --------------------------------------------------------------------------------------------
@@ -872,6 +889,7 @@ class Endpoint:
         if side not in (KERNEL, GRADER):
             raise ValueError(f"side must be {KERNEL!r} or {GRADER!r}, got {side!r}")
         self.read_fd, self.write_fd, self.side = read_fd, write_fd, side
+        self._frames = FrameReader(read_fd)
         self.handler = handler
         self.on_output = on_output
         self.on_timeout: Callable[[], float] | None = None
@@ -954,7 +972,7 @@ class Endpoint:
         write_frame(self.write_fd, self.dumps(message))
 
     def receive(self, deadline: float | None) -> dict:
-        message = self.loads(read_frame(self.read_fd, deadline))
+        message = self.loads(self._frames.read(deadline))
         if not isinstance(message, dict):
             raise ProtocolError("a message must be a dict")
         return message

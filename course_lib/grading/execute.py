@@ -24,6 +24,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import nbformat
@@ -71,6 +72,15 @@ class GradingSettings:
         data = json.loads(raw)
         return cls(Path(data["edition"]), Path(data["workspace"]), [Path(p) for p in data.get("hidden", [])],
                    bool(data.get("gpu")), data.get("threads"))
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _record_timing(cell, started: str, finished: str) -> None:
+    """When the cell ran, under the keys nbclient's ``record_timing`` uses (so tools that read one read both)."""
+    cell.metadata["execution"] = {"iopub.status.busy": started, "shell.execute_reply": finished}
 
 
 def _error(ename: str, evalue: str) -> dict:
@@ -141,10 +151,12 @@ class IsolatedExecute(NbGraderPreprocessor):
                 cell.execution_count = None
                 continue
             count += 1
+            started = _now()
             try:
                 outputs = self._run_cell(cell, kernel, source_cells, namespace, gpu, index)
             except KernelDied as error:
                 outputs = [_error(KERNEL_DIED, str(error))]
+            _record_timing(cell, started, _now())
             if any(output.get("ename") == KERNEL_DIED for output in outputs) or not kernel.alive:
                 died_in = index
                 if not any(output.get("ename") == KERNEL_DIED for output in outputs):

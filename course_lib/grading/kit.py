@@ -361,7 +361,10 @@ make setup        # creates .venv: PyTorch 2.13 (CPU), the libraries, the SmolLM
 make lab          # opens JupyterLab on labs/ (or: .venv/bin/jupyter lab labs/)
 ```
 
-No GPU and no internet access to a model hub are needed; everything runs on a laptop CPU.
+No GPU and no internet access to a model hub are needed; everything runs on a laptop CPU. The
+first notebook that needs the text corpus or SmolLM2's weights takes a few seconds to make them and
+keeps them in `~/.cache/llm-inference-course` (about 0.5 GB; set `COURSE_CACHE_DIR` to move it),
+so later notebooks start fast. You may delete that folder at any time.
 
 ## How a chapter works
 

@@ -19,7 +19,8 @@ gradebook), the output and submissions folders, the course repository and the ho
 also any other copy of the course on the machine (another checkout, last term's grading folder);
 and the installed instructor ``course_lib`` wherever it lives. What the kernel needs comes back
 read-only: the Python installation (even inside a hidden folder, such as a virtual environment in
-the course repository) and the student edition; the submission's folder comes back writable. GPU
+the course repository), the student edition and the grader's disk cache of public artifacts (the
+corpus, the dequantized model: ``shared_cache``); the submission's folder comes back writable. GPU
 device files stay reachable on a GPU worker.
 """
 
@@ -34,7 +35,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["Isolation", "SandboxPlan", "detect_isolation", "kernel_environment", "wrap_command"]
+__all__ = ["Isolation", "SandboxPlan", "default_plan", "detect_isolation", "kernel_environment", "shared_cache",
+           "wrap_command"]
 
 BUBBLEWRAP, UNSHARE, NONE = "bubblewrap", "unshare", "none"
 
@@ -88,8 +90,27 @@ def _python_prefixes() -> list[Path]:
     return sorted(prefixes)
 
 
-def default_plan(*, workdir: Path, edition: Path, extra_hidden: list[Path]) -> SandboxPlan:
-    """The plan for one kernel: hide the instructor's side, keep Python, the edition and the workdir."""
+def shared_cache() -> Path | None:
+    """The grader's disk cache (``course_lib.disk_cache``), made if missing; None if it cannot be.
+
+    Kernels read the corpus and the dequantized model from it, as the grader does, instead of
+    spending seconds making their own copies; the sandbox shows it to them read-only, so no
+    submission can change what the grader (or the next kernel) reads there. Without a sandbox a
+    kernel runs as the grader's user and could write it, as it could the installed library.
+    """
+    from course_lib.disk_cache import cache_folder
+
+    folder = cache_folder()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return folder.resolve() if folder.is_dir() else None
+
+
+def default_plan(*, workdir: Path, edition: Path, extra_hidden: list[Path], cache: Path | None = None) -> SandboxPlan:
+    """The plan for one kernel: hide the instructor's side, keep Python, the edition (and the shared
+    ``cache``) read-only, and the workdir writable."""
     import course_lib
 
     instructor_package = Path(course_lib.__file__).resolve().parent
@@ -106,8 +127,9 @@ def default_plan(*, workdir: Path, edition: Path, extra_hidden: list[Path]) -> S
     for path in hidden:
         if path not in unique and path != Path("/"):
             unique.append(path)
-    return SandboxPlan(hidden=unique, visible_inside=_python_prefixes(),
-                       readable=[edition.resolve()], writable=[workdir.resolve()])
+    readable = [edition.resolve()] + ([cache.resolve()] if cache is not None else [])
+    return SandboxPlan(hidden=unique, visible_inside=_python_prefixes(), readable=readable,
+                       writable=[workdir.resolve()])
 
 
 def _works(command: list[str]) -> bool:
@@ -195,6 +217,11 @@ def _unshare(command: list[str], plan: SandboxPlan, workdir: Path) -> list[str]:
         if any(path != kept and kept in path.parents for kept in keep):
             lines.extend(_cover(path))
     writable = {str(path) for path in plan.writable}
+    # What was brought back read-only stays so even under /tmp (the loop below leaves /tmp alone):
+    # the student edition and the shared cache are read by the next kernels too.
+    for path in keep:
+        if str(path) not in writable:
+            lines.append(f"mount -o remount,bind,ro {quote(str(path))}")
     # Everything but the work folder and /tmp read-only: remount each visible mount read-only.
     lines.append("for m in $(awk '{print $5}' /proc/self/mountinfo | sort -u); do "
                  "case \"$m\" in /proc*|/dev*|/sys*|/tmp|/tmp/*) ;; "
@@ -222,8 +249,10 @@ _PASSED_THROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "CUDA_VISIBLE_DEVICES", "
                    "COURSE_SANDBOX")
 
 
-def kernel_environment(*, edition: Path, workdir: Path, threads: int | None, gpu: bool) -> dict[str, str]:
-    """A scrubbed environment for a kernel that imports the student edition at ``edition``."""
+def kernel_environment(*, edition: Path, workdir: Path, threads: int | None, gpu: bool,
+                       cache: Path | None = None) -> dict[str, str]:
+    """A scrubbed environment for a kernel that imports the student edition at ``edition`` (and reads
+    the shared disk ``cache``, if given)."""
     env = {name: os.environ[name] for name in _PASSED_THROUGH if name in os.environ}
     bin_dir = str(Path(sys.executable).parent)
     env.update({
@@ -240,6 +269,8 @@ def kernel_environment(*, edition: Path, workdir: Path, threads: int | None, gpu
         "TOKENIZERS_PARALLELISM": "false",
         "PYDEVD_DISABLE_FILE_VALIDATION": "1",
     })
+    if cache is not None:
+        env["COURSE_CACHE_DIR"] = str(cache)
     if threads is not None:
         env.setdefault("OMP_NUM_THREADS", str(threads))
         env.setdefault("MKL_NUM_THREADS", str(threads))

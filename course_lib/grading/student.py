@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from course_lib.grading.channel import GRADER, ChannelClosed, Endpoint, ProtocolError, Shared, widen_pipe
-from course_lib.grading.sandbox import NONE, Isolation, default_plan, detect_isolation, kernel_environment, wrap_command
+from course_lib.grading.sandbox import (NONE, Isolation, default_plan, detect_isolation, kernel_environment,
+                                       shared_cache, wrap_command)
 
 __all__ = ["CellTimeout", "KernelDied", "StudentKernel"]
 
@@ -84,7 +85,8 @@ class StudentKernel:
         safe_path = ["-P"] if sys.version_info >= (3, 11) else []
         command = [sys.executable, *safe_path, "-m", "course_lib.grading.kernel", "--read-fd", str(to_kernel_read),
                    "--write-fd", str(from_kernel_write), "--interrupt-fd", str(interrupt_read)]
-        plan = default_plan(workdir=self.workdir, edition=self.edition, extra_hidden=self.hidden)
+        cache = shared_cache()
+        plan = default_plan(workdir=self.workdir, edition=self.edition, extra_hidden=self.hidden, cache=cache)
         self._stderr_log = tempfile.TemporaryFile()
         try:
             self.process = subprocess.Popen(
@@ -92,7 +94,7 @@ class StudentKernel:
                 pass_fds=(to_kernel_read, from_kernel_write, interrupt_read), cwd=self.workdir, stdin=subprocess.DEVNULL,
                 stdout=self._stderr_log, stderr=self._stderr_log, start_new_session=True,
                 env={**kernel_environment(edition=self.edition, workdir=self.workdir, threads=self.threads,
-                                          gpu=self.gpu), **self.environment},
+                                          gpu=self.gpu, cache=cache), **self.environment},
             )
         finally:
             for fd in (to_kernel_read, from_kernel_write, interrupt_read):
