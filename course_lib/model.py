@@ -34,8 +34,7 @@ from torch import Tensor, nn
 
 from course_lib.attention import AttentionContext, UncachedAttention
 from course_lib.exercises import exercise
-from course_lib.gguf_file import (ModelFileMissing, dequantize, gguf_path, open_gguf, read_field,
-                                  read_tokenizer_metadata)
+from course_lib.gguf_file import ModelFileMissing, dequantize_by_name, gguf_path, read_metadata, read_tokenizer_metadata
 from course_lib.kv_cache import KVCache
 
 if TYPE_CHECKING:
@@ -115,13 +114,13 @@ class ModelConfig:
     @classmethod
     def from_gguf(cls, path=None) -> ModelConfig:
         """Read the sizes from a GGUF file's ``llama.*`` metadata (default: the SmolLM2 file)."""
-        reader = open_gguf(path)
-        architecture = read_field(reader, "general.architecture")
+        metadata = read_metadata(path)  # from the disk cache after the first parse of the header
+        architecture = metadata.get("general.architecture")
         if architecture != "llama":
             raise ValueError(f"expected a llama GGUF file, got general.architecture={architecture!r}")
 
         def field(key):
-            value = read_field(reader, f"llama.{key}")
+            value = metadata.get(f"llama.{key}")
             if value is None:
                 raise ValueError(f"GGUF file {path or gguf_path()} has no llama.{key} field")
             return value
@@ -130,17 +129,17 @@ class ModelConfig:
         num_q_heads = int(field("attention.head_count"))
         tokenizer = read_tokenizer_metadata(path)
         # Older files omit llama.vocab_size; the vocabulary's length is the same number.
-        vocab_size = read_field(reader, "llama.vocab_size") or len(tokenizer.tokens)
+        vocab_size = metadata.get("llama.vocab_size") or len(tokenizer.tokens)
         return cls(
             num_layers=int(field("block_count")),
             hidden_size=hidden_size,
             num_q_heads=num_q_heads,
             num_kv_heads=int(field("attention.head_count_kv")),
-            head_dim=int(read_field(reader, "llama.rope.dimension_count") or hidden_size // num_q_heads),
+            head_dim=int(metadata.get("llama.rope.dimension_count") or hidden_size // num_q_heads),
             vocab_size=int(vocab_size),
             intermediate_size=int(field("feed_forward_length")),
             max_position_embeddings=int(field("context_length")),
-            rope_theta=float(read_field(reader, "llama.rope.freq_base", 10000.0)),
+            rope_theta=float(metadata.get("llama.rope.freq_base", 10000.0)),
             rms_norm_eps=float(field("attention.layer_norm_rms_epsilon")),
             bos_token_id=tokenizer.bos_token_id,
             eos_token_id=tokenizer.eos_token_id,
@@ -436,17 +435,16 @@ def undo_rotary_permutation(weight: Tensor, num_heads: int) -> Tensor:
     return weight.reshape(num_heads, half, 2, hidden_size).transpose(1, 2).reshape(rows, hidden_size)
 
 
-def _dequantize(tensors_by_name: Mapping, name: str, path: str | None = None) -> Tensor:
-    """One GGUF tensor as fp32 in torch's layout (GGUF lists dims innermost first, torch outermost first)."""
-    tensor = tensors_by_name.get(name)
-    if tensor is None:
-        raise ValueError(f"the GGUF file has no tensor {name!r}")
-    array = dequantize(tensor, path)  # through the disk cache: dequantizing the model takes seconds
+def _dequantize(name: str, path: str | None = None) -> Tensor:
+    """One GGUF tensor as fp32 in torch's layout, [rows, columns] (GGUF lists dims innermost first).
+
+    By name through the disk cache: once an earlier process has dequantized the model, neither the
+    file's header is parsed nor a tensor dequantized again."""
+    array = dequantize_by_name(name, path)
     if not array.flags.writeable:
-        # F32 tensors come back as read-only views of the memory-mapped file; torch needs its own copy.
+        # fp32 tensors read from the file for the first time are read-only views of it; torch needs its own copy.
         array = array.copy()
-    expected_shape = tuple(int(size) for size in reversed(tensor.shape))
-    return torch.from_numpy(array).reshape(expected_shape)
+    return torch.from_numpy(array)
 
 
 @lru_cache(maxsize=2)
@@ -457,24 +455,23 @@ def read_gguf_weights(path: str | None = None) -> Mapping[str, Tensor]:
     same file shares these tensors. The model never writes its weights; do not write them either.
     """
     config = ModelConfig.from_gguf(path)
-    gguf_tensors = {tensor.name: tensor for tensor in open_gguf(path).tensors}
     weights = {
-        "embed_tokens": _dequantize(gguf_tensors, "token_embd.weight", path),
-        "norm": _dequantize(gguf_tensors, "output_norm.weight", path),
+        "embed_tokens": _dequantize("token_embd.weight", path),
+        "norm": _dequantize("output_norm.weight", path),
     }
     for layer in range(config.num_layers):
         gguf_prefix, prefix = f"blk.{layer}.", f"layers.{layer}."
-        q = undo_rotary_permutation(_dequantize(gguf_tensors, gguf_prefix + "attn_q.weight", path), config.num_q_heads)
-        k = undo_rotary_permutation(_dequantize(gguf_tensors, gguf_prefix + "attn_k.weight", path), config.num_kv_heads)
-        v = _dequantize(gguf_tensors, gguf_prefix + "attn_v.weight", path)
-        gate = _dequantize(gguf_tensors, gguf_prefix + "ffn_gate.weight", path)
-        up = _dequantize(gguf_tensors, gguf_prefix + "ffn_up.weight", path)
-        weights[prefix + "input_norm"] = _dequantize(gguf_tensors, gguf_prefix + "attn_norm.weight", path)
+        q = undo_rotary_permutation(_dequantize(gguf_prefix + "attn_q.weight", path), config.num_q_heads)
+        k = undo_rotary_permutation(_dequantize(gguf_prefix + "attn_k.weight", path), config.num_kv_heads)
+        v = _dequantize(gguf_prefix + "attn_v.weight", path)
+        gate = _dequantize(gguf_prefix + "ffn_gate.weight", path)
+        up = _dequantize(gguf_prefix + "ffn_up.weight", path)
+        weights[prefix + "input_norm"] = _dequantize(gguf_prefix + "attn_norm.weight", path)
         weights[prefix + "qkv_proj"] = torch.cat([q, k, v])
-        weights[prefix + "o_proj"] = _dequantize(gguf_tensors, gguf_prefix + "attn_output.weight", path)
-        weights[prefix + "post_attention_norm"] = _dequantize(gguf_tensors, gguf_prefix + "ffn_norm.weight", path)
+        weights[prefix + "o_proj"] = _dequantize(gguf_prefix + "attn_output.weight", path)
+        weights[prefix + "post_attention_norm"] = _dequantize(gguf_prefix + "ffn_norm.weight", path)
         weights[prefix + "gate_up_proj"] = torch.cat([gate, up])
-        weights[prefix + "down_proj"] = _dequantize(gguf_tensors, gguf_prefix + "ffn_down.weight", path)
+        weights[prefix + "down_proj"] = _dequantize(gguf_prefix + "ffn_down.weight", path)
     return MappingProxyType(weights)  # read-only: the cache is shared by every caller
 
 

@@ -133,7 +133,7 @@ def test_cached_dequantized_weights_equal_the_gguf_package(cache):
         for _ in range(2):  # built, then read back
             np.testing.assert_array_equal(dequantize(tensor), expected)
     stored = sorted(path.name.rsplit("-", 1)[0] for path in (cache / "arrays").iterdir())
-    assert stored == ["gguf-blk.3.attn_k.weight", "gguf-token_embd.weight"]  # the two quantized tensors; the fp32 norm is read from the file
+    assert stored == ["gguf-blk.3.attn_k.weight", "gguf-output_norm.weight", "gguf-token_embd.weight"]
     assert not any(name.endswith(".partial") for name in os.listdir(cache / "arrays"))
 
 
@@ -163,3 +163,57 @@ def test_a_cached_tensor_is_read_by_name_without_parsing_the_gguf_header(cache, 
     np.testing.assert_array_equal(gguf_file.dequantize_by_name("blk.0.ffn_down.weight"), expected)
     with pytest.raises(AssertionError, match="header was parsed"):
         gguf_file.dequantize_by_name("blk.0.ffn_up.weight")  # not cached yet: it must read the file
+
+
+def test_cached_metadata_equals_the_gguf_readers_fields(cache):
+    from course_lib import gguf_file
+
+    gguf_file._read_metadata.cache_clear()
+    reader = gguf_file.open_gguf(None)
+    for _ in range(2):  # parsed, then read back from the cache
+        metadata = gguf_file.read_metadata()
+        assert set(metadata) == set(reader.fields)
+        for key, field in reader.fields.items():
+            assert metadata[key] == field.contents(), key
+        gguf_file._read_metadata.cache_clear()
+
+
+def test_cached_tensor_infos_equal_the_gguf_readers_tensors(cache):
+    from course_lib import gguf_file
+
+    gguf_file._read_tensor_infos.cache_clear()
+    tensors = gguf_file.open_gguf(None).tensors
+    for _ in range(2):  # parsed, then read back from the cache
+        infos = gguf_file.read_tensor_infos()
+        assert [info.name for info in infos] == [tensor.name for tensor in tensors]
+        for info, tensor in zip(infos, tensors):
+            assert (info.type, info.shape, info.n_elements, info.n_bytes) == \
+                (tensor.tensor_type.name, tuple(int(size) for size in tensor.shape), int(tensor.n_elements),
+                 int(tensor.n_bytes)), info.name
+        gguf_file._read_tensor_infos.cache_clear()
+
+
+def test_a_warm_cache_loads_the_model_without_parsing_the_gguf_header(cache, monkeypatch):
+    """The kernel of every graded notebook and the grader load SmolLM2: after the first, in well under a
+    second, because neither the header (3 s) nor the dequantization (1 s) is repeated."""
+    import torch
+
+    from course_lib import gguf_file, model
+
+    for cached in (gguf_file._read_metadata, gguf_file._read_tokenizer_metadata, model.read_gguf_weights):
+        cached.cache_clear()
+    first = model.read_gguf_weights()
+
+    def no_parsing(*args, **kwargs):
+        raise AssertionError("the GGUF header was parsed although everything is cached")
+
+    monkeypatch.setattr(gguf_file, "open_gguf", no_parsing)
+    for cached in (gguf_file._read_metadata, gguf_file._read_tokenizer_metadata, model.read_gguf_weights):
+        cached.cache_clear()
+    second = model.read_gguf_weights()
+    assert model.ModelConfig.from_gguf().num_layers == 30
+    assert second.keys() == first.keys()
+    for name in first:
+        assert torch.equal(first[name], second[name]), name
+    for cached in (gguf_file._read_metadata, gguf_file._read_tokenizer_metadata, model.read_gguf_weights):
+        cached.cache_clear()  # the next test must not keep weights read from this test's folder

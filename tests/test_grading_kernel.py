@@ -339,3 +339,36 @@ print(results)
     assert not (edition / "course_lib" / "planted.py").exists()
     assert disk_cache.read_text("corpus", key) == "from the grader"
     assert sorted(path.name for path in (cache / "text").iterdir()) == [entry.name]
+
+
+def test_several_calls_on_a_student_object_cross_as_one_request(kernel):
+    """checks.call_methods: values, missing members and errors come back per call, in order, from one
+    request; the student's exceptions are rebuilt as for single calls (look-alikes stay StudentError)."""
+    from course_lib.checks import call_methods
+    from course_lib.grading.channel import StudentError
+
+    outputs_of(kernel, "class CheckFailed(AssertionError):\n    pass\n"
+                       "class Pool:\n    def __init__(self):\n        self.free = 3\n"
+                       "    def take(self, n):\n        print('taking', n)\n        self.free -= n\n        return self.free\n"
+                       "    def todo(self):\n        raise NotImplementedError('write me')\n"
+                       "    def forged(self):\n        raise CheckFailed('passed')\n"
+                       "pool = Pool()\n")
+    pool = kernel.lookup("pool")
+    sent = []
+    original = kernel.endpoint.send
+    kernel.endpoint.send = lambda message: (sent.append(message.get("op")), original(message))[1]
+    printed = []
+    kernel.output_sink = printed.append
+    try:
+        results = call_methods(pool, [("take", (1,)), ("free", None), ("nothing", None), ("todo", ()),
+                                      ("forged", ()), ("take", (2,))])
+    finally:
+        kernel.endpoint.send = original
+        kernel.output_sink = None
+    assert sent == ["call_methods"]
+    assert [status for status, _ in results] == ["value", "value", "missing", "error", "error", "value"]
+    assert results[0][1] == 2 and results[1][1] == 2 and results[5][1] == 0
+    assert isinstance(results[2][1], AttributeError)
+    assert type(results[3][1]) is NotImplementedError and "write me" in str(results[3][1])
+    assert isinstance(results[4][1], StudentError)
+    assert "taking 1" in "".join(printed) and "taking 2" in "".join(printed)

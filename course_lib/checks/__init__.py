@@ -47,7 +47,7 @@ import copy
 import math
 import reprlib
 import types
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Callable
@@ -56,6 +56,8 @@ __all__ = [
     "CheckFailed",
     "DEFAULT_CRASH_HINT",
     "NeedsGPU",
+    "answer_of",
+    "call_methods",
     "call_student",
     "check",
     "expect_equal",
@@ -158,9 +160,22 @@ def call_student(function: Callable, name: str, /, *args: Any, copy_args: bool =
     except (NotImplementedError, CheckFailed):
         raise
     except Exception as error:
-        call = _describe_call(name, args, kwargs) if show_args else name
-        raise CheckFailed(f"{call} raised {type(error).__name__}: {error}\n"
-                          f"  hint: {_crash_hint(error, hints or {})}") from error
+        raise _crash_feedback(error, _describe_call(name, args, kwargs) if show_args else name, hints) from error
+
+
+def _crash_feedback(error: Exception, call: str, hints: Mapping[type[BaseException], str] | None) -> CheckFailed:
+    return CheckFailed(f"{call} raised {type(error).__name__}: {error}\n  hint: {_crash_hint(error, hints or {})}")
+
+
+def answer_of(result: tuple[str, Any], call: str, *, hints: Mapping[type[BaseException], str] | None = None) -> Any:
+    """The value of one ``call_methods`` result; an error becomes feedback exactly as in ``call_student``
+    (``call`` describes the call; NotImplementedError and CheckFailed pass through)."""
+    status, value = result
+    if status == "value":
+        return value
+    if isinstance(value, (NotImplementedError, CheckFailed)):
+        raise value
+    raise _crash_feedback(value, call, hints) from value
 
 
 def _describe_call(name: str, args: tuple, kwargs: dict[str, Any]) -> str:
@@ -250,6 +265,34 @@ def _cached_smollm2(loader):
     if not _SMOLLM2:
         _SMOLLM2.append(loader())
     return _SMOLLM2[0]
+
+
+def call_methods(obj: Any, calls: Sequence[tuple[str, tuple | None]]) -> list[tuple[str, Any]]:
+    """Read or call several members of a student's object, in order: ``obj.name(*args)`` for each
+    ``(name, args)``, or the attribute ``obj.name`` when ``args`` is None.
+
+    Returns one ``(status, value)`` per call: ``("value", result)``, ``("missing", AttributeError)``
+    when the member could not be read, or ``("error", exception)`` when the call raised (the
+    exception is returned, not raised, so the check decides what it means). NotImplementedError
+    comes back as an error like any other. While a notebook is graded and ``obj`` lives in the
+    student's kernel, all the calls travel as one request: a check that reads the whole state
+    after every operation (a free count and every block table) costs one round trip, not ten.
+    """
+    calls = [(str(name), None if args is None else tuple(args)) for name, args in calls]
+    if is_remote(obj):
+        return object.__getattribute__(obj, "_call_methods")(calls)
+    results: list[tuple[str, Any]] = []
+    for name, args in calls:
+        try:
+            member = getattr(obj, name)
+        except Exception as error:  # noqa: BLE001 - returned to the check, which decides
+            results.append(("missing" if isinstance(error, AttributeError) else "error", error))
+            continue
+        try:
+            results.append(("value", member if args is None else member(*args)))
+        except Exception as error:  # noqa: BLE001 - returned to the check, which decides
+            results.append(("error", error))
+    return results
 
 
 def is_remote(obj: Any) -> bool:

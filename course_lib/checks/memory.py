@@ -81,10 +81,10 @@ def smollm2_tensor_shapes() -> dict[str, tuple[int, ...]]:
     GGUF lists dimensions fastest-varying first, so its [576, 49152] is torch's [49152, 576].
     The file has no ``output.weight``: the embedding table doubles as the output layer (tied).
     """
-    from course_lib.gguf_file import open_gguf
+    from course_lib.gguf_file import read_tensor_infos
 
     shapes = {}
-    for tensor in open_gguf(None).tensors:
+    for tensor in read_tensor_infos():
         parts = tensor.name.split(".")  # "blk.3.attn_q.weight" or "token_embd.weight"
         if parts[0] == "blk":
             name = f"layers.{parts[1]}.{_GGUF_LAYER_NAMES[parts[2]]}"

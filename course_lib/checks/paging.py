@@ -29,6 +29,7 @@ from typing import Any
 
 from course_lib.checks import (
     CheckFailed,
+    call_methods,
     call_student,
     fail,
     is_remote,
@@ -95,6 +96,7 @@ class _Mirror:
                                     show_args=False)
         self.reference = _ReferenceAllocator(num_blocks, block_size, enable_prefix_caching=False)
         self.live: list[Any] = []  # sequence ids that hold blocks, in the order they got them
+        self._prefetched: dict | None = None  # the state read together with the last operation
         self._compare_state("right after construction")
 
     # ----- feedback ----------------------------------------------------------------------------
@@ -116,32 +118,55 @@ class _Mirror:
         self.history.append(_describe(operation, args))
         table_before = self._student_table(args[0]) if operation == "append_slot" and args[0] in self.live else None
         expected, expected_error = _apply(self.reference, operation, args)
-        got, error = self._apply_student(operation, args)
-        if expected_error is not None:
-            self._expect_refusal(operation, args, expected_error, error)
-        elif error is not None:
-            raise CheckFailed(
-                f"{_describe(operation, args)} raised {type(error).__name__}: {error}\n  {self._where()}\n"
-                "  hint: the reference does this operation without an error; read the traceback above."
-            ) from error
-        else:
-            self._compare_result(operation, args, expected, got, table_before)
-        self._update_live(operation, args, expected_error)
-        self._compare_state(f"after {_describe(operation, args)}", "refused" if expected_error else operation)
+        live_after = _live_after(self.live, operation, args, expected_error)
+        # The operation and the reads of the state after it (free count, every live block table) in
+        # one go: when graded, that is one round trip to the student's kernel instead of several.
+        results = call_methods(self.student, [(operation, args), *self._state_calls(live_after)])
+        got, error = self._student_result(operation, results[0])
+        self._prefetched = self._state_from(live_after, results[1:])
+        try:
+            if expected_error is not None:
+                self._expect_refusal(operation, args, expected_error, error)
+            elif error is not None:
+                raise CheckFailed(
+                    f"{_describe(operation, args)} raised {type(error).__name__}: {error}\n  {self._where()}\n"
+                    "  hint: the reference does this operation without an error; read the traceback above."
+                ) from error
+            else:
+                self._compare_result(operation, args, expected, got, table_before)
+            self.live = live_after
+            self._compare_state(f"after {_describe(operation, args)}", "refused" if expected_error else operation)
+        finally:
+            self._prefetched = None
         return got
 
-    def _apply_student(self, operation: str, args: tuple) -> tuple[Any, Exception | None]:
-        try:
-            member = getattr(self.student, operation)
-        except AttributeError:
+    def _student_result(self, operation: str, result: tuple[str, Any]) -> tuple[Any, Exception | None]:
+        """(value, None), or (None, the error the student's operation raised)."""
+        status, value = result
+        if status == "missing":
             self._fail(f"your BlockAllocator has no member {operation!r}", show_values=False,
                        hint=f"the allocator needs: {', '.join(REQUIRED_MEMBERS)}.")
-        try:
-            return member(*args), None
-        except NotImplementedError:
-            raise
-        except Exception as error:  # compared with the reference below
-            return None, error
+        if status == "error":
+            if isinstance(value, NotImplementedError):
+                raise value
+            return None, value
+        return value, None
+
+    # ----- reading the student's state ---------------------------------------------------------
+
+    @staticmethod
+    def _state_calls(live: list[Any]) -> list[tuple[str, tuple | None]]:
+        return [("num_free_blocks", None), *(("block_table", (seq_id,)) for seq_id in live)]
+
+    @staticmethod
+    def _state_from(live: list[Any], results: list[tuple[str, Any]]) -> dict:
+        return {"free": results[0], "tables": dict(zip(live, results[1:]))}
+
+    def _read_state(self) -> dict:
+        """The student's free count and live block tables: read with the last operation, or now."""
+        if self._prefetched is not None:
+            return self._prefetched
+        return self._state_from(self.live, call_methods(self.student, self._state_calls(self.live)))
 
     def _expect_refusal(self, operation: str, args: tuple, expected_error: Exception, error: Exception | None) -> None:
         documented = OutOfBlocksError if isinstance(expected_error, OutOfBlocksError) else ValueError
@@ -219,32 +244,25 @@ class _Mirror:
             self._fail(f"{call} with your block table {table}", expected=expected, got=got,
                        hint="slot = block_table[position // block_size] * block_size + position % block_size.")
 
-    def _update_live(self, operation: str, args: tuple, expected_error: Exception | None) -> None:
-        if expected_error is not None:
-            return
-        if operation == "allocate":
-            self.live.append(args[0])
-        elif operation == "fork":
-            self.live.append(args[1])
-        elif operation == "free":
-            self.live.remove(args[0])
-
     # ----- comparing the state ------------------------------------------------------------------
 
     def _student_table(self, seq_id: Any) -> list[int]:
-        try:
-            table = self.student.block_table(seq_id)
-        except NotImplementedError:
-            raise
-        except Exception as error:
-            raise CheckFailed(f"block_table({seq_id!r}) raised {type(error).__name__}: {error}\n  {self._where()}\n"
-                              "  hint: the sequence holds blocks; return its list of block ids.") from error
+        prefetched = self._prefetched["tables"] if self._prefetched is not None else {}
+        status, table = prefetched[seq_id] if seq_id in prefetched else \
+            call_methods(self.student, [("block_table", (seq_id,))])[0]
+        if status != "value":
+            if isinstance(table, NotImplementedError):
+                raise table
+            raise CheckFailed(f"block_table({seq_id!r}) raised {type(table).__name__}: {table}\n  {self._where()}\n"
+                              "  hint: the sequence holds blocks; return its list of block ids.") from table
         if not isinstance(table, (list, tuple)) or not all(isinstance(b, int) for b in table):
             self._fail(f"block_table({seq_id!r}) must return a list of ints", expected="list[int]", got=table)
         return list(table)
 
     def _compare_state(self, when: str, operation: str | None = None) -> None:
-        free = self.student.num_free_blocks
+        status, free = self._read_state()["free"]
+        if status != "value":
+            raise free  # the student's own error, with its traceback (NotImplementedError: not written yet)
         expected_free = self.reference.num_free_blocks
         if free != expected_free:
             self._fail(f"num_free_blocks {when}", expected=expected_free, got=free, hint=_free_hint(operation, free,
@@ -299,6 +317,19 @@ def _free_hint(operation: str | None, got: Any, expected: int) -> str:
         return ("append_slot takes a new block only when the last block is full, or shared and must be copied; "
                 "otherwise the token fits in the last block.")
     return "num_free_blocks must count the blocks no sequence holds."
+
+
+def _live_after(live: list[Any], operation: str, args: tuple, expected_error: Exception | None) -> list[Any]:
+    """The sequences holding blocks after ``operation``, as the reference's outcome says."""
+    if expected_error is not None:
+        return live
+    if operation == "allocate":
+        return [*live, args[0]]
+    if operation == "fork":
+        return [*live, args[1]]
+    if operation == "free":
+        return [seq_id for seq_id in live if seq_id != args[0]]
+    return live
 
 
 def _apply(allocator: BlockAllocator, operation: str, args: tuple) -> tuple[Any, Exception | None]:

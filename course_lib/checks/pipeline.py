@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from course_lib.checks import (
+    answer_of,
+    call_methods,
     call_student,
     fail,
     is_remote,
@@ -221,11 +223,18 @@ class _Lockstep:
         return _call(getattr(self.student, method), f"{call} ({self._where()})", *args, copy_args=False)
 
     def compare_state(self) -> None:
-        self._expect(self._student_free(), self.reference.num_free_blocks, "num_free_blocks",
+        # Every read of the student's state in one go: one round trip to the kernel when graded.
+        positions = {seq_id: list({0, length - 1, length // 2}) for seq_id, length in self.lengths.items()}
+        calls: list[tuple[str, tuple | None]] = [("num_free_blocks", None)]
+        for seq_id in self.lengths:
+            calls += [("block_table", (seq_id,)), *(("slot", (seq_id, position)) for position in positions[seq_id])]
+        answers = iter(call_methods(self.student, calls))
+        self._expect(self._answer(next(answers), "num_free_blocks"), self.reference.num_free_blocks,
+                     "num_free_blocks",
                      "a block returns to the pool only when no sequence holds it any more (ref count 0).")
         held: dict[int, list[Any]] = {}
         for seq_id, length in self.lengths.items():
-            table = list(self._student("block_table", seq_id))
+            table = list(self._answer(next(answers), f"block_table({short_repr(seq_id)})"))
             self._expect(len(table), self.reference.blocks_needed(length),
                          f"len(block_table({seq_id!r})) for a sequence of {length} tokens",
                          "a sequence of n tokens holds ceil(n / block_size) blocks: a new block only when the last is full.")
@@ -234,14 +243,17 @@ class _Lockstep:
                     fail(f"block_table({seq_id!r}) holds {block!r}, not a block id in [0, {self.reference.num_blocks}) "
                          f"({self._where()})", hint="block ids are the integers 0 .. num_blocks - 1.", show_values=False)
                 held.setdefault(block, []).append(seq_id)
-            for position in {0, length - 1, length // 2}:
-                slot = self._student("slot", seq_id, position)
+            for position in positions[seq_id]:
+                slot = self._answer(next(answers), f"slot({short_repr(seq_id)}, {short_repr(position)})")
                 expected = table[position // self.block_size] * self.block_size + position % self.block_size
                 self._expect(slot, expected, f"slot({seq_id!r}, {position})",
                              "slot = block_table[position // block_size] * block_size + position % block_size.")
         self._expect(len(held), self.reference.num_blocks - self.reference.num_free_blocks,
                      "number of distinct blocks in all block tables",
                      "two sequences share a block only after fork; a fresh allocation must take free blocks.")
+
+    def _answer(self, result: tuple[str, Any], call: str) -> Any:
+        return answer_of(result, f"{call} ({self._where()})", hints=_OUT_OF_BLOCKS_HINTS)
 
     def _student_free(self) -> int:
         return _call(lambda: self.student.num_free_blocks, "num_free_blocks")

@@ -523,14 +523,6 @@ def check_embedding_bytes(student_embedding_bytes: Callable, vocab_size: int, d_
     fail(f"embedding_bytes({vocab_size}, {d_model}, {bytes_per_element})", expected=expected, got=got, hint=hint)
 
 
-def _open_smollm2_gguf():
-    """The cached GGUF reader. ``open_gguf(None)``, not ``open_gguf()``: the tokenizer loader calls it
-    with ``None``, and lru_cache keys the two spellings apart (parsing the file again costs seconds)."""
-    from course_lib.gguf_file import open_gguf
-
-    return open_gguf(None)
-
-
 @lru_cache(maxsize=1)
 def smollm2_embedding_info() -> dict:
     """Shape and storage of SmolLM2's ``token_embd.weight`` as the GGUF file records them.
@@ -542,19 +534,21 @@ def smollm2_embedding_info() -> dict:
     """
     import gguf
 
-    reader = _open_smollm2_gguf()
-    tensor = next(t for t in reader.tensors if t.name == "token_embd.weight")
-    block_size, bytes_per_block = gguf.GGML_QUANT_SIZES[tensor.tensor_type]
-    d_model, vocab_size = (int(size) for size in tensor.shape)
+    from course_lib.gguf_file import read_tensor_infos
+
+    tensors = read_tensor_infos()  # from the disk cache: the header is not parsed again
+    tensor = next(t for t in tensors if t.name == "token_embd.weight")
+    block_size, bytes_per_block = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[tensor.type]]
+    d_model, vocab_size = tensor.shape
     return {
         "vocab_size": vocab_size,
         "d_model": d_model,
-        "type": tensor.tensor_type.name,
+        "type": tensor.type,
         "block_size": block_size,
         "bytes_per_block": bytes_per_block,
         "bytes_per_element": bytes_per_block / block_size,
-        "n_bytes": int(tensor.n_bytes),
-        "model_parameters": sum(int(t.n_elements) for t in reader.tensors),
+        "n_bytes": tensor.n_bytes,
+        "model_parameters": sum(t.n_elements for t in tensors),
     }
 
 

@@ -598,6 +598,28 @@ class RemoteObject(_Handle):
     def _request(self, op: str, *args: Any) -> Any:
         return self._endpoint.request(op, self, *args)
 
+    def _call_methods(self, calls: list[tuple[str, tuple | None]]) -> list[tuple[str, Any]]:
+        """Several reads or calls of this object in one request (``checks.call_methods``).
+
+        Each result is ``("value", value)``, ``("missing", AttributeError)`` when the attribute
+        could not be read, or ``("error", exception)`` when the call raised; the exceptions are
+        rebuilt here as for a single call (look-alikes of the checks' own become StudentError).
+        """
+        results = self._request("call_methods", calls)
+        if not isinstance(results, list) or len(results) != len(calls):
+            raise ProtocolError("call_methods: one result per call expected")
+        rebuilt = []
+        for result in results:
+            if not (isinstance(result, tuple) and len(result) == 2 and result[0] in ("value", "missing", "error")):
+                raise ProtocolError("call_methods: malformed result")
+            status, value = result
+            if status != "value":
+                if not isinstance(value, dict):
+                    raise ProtocolError("call_methods: malformed error")
+                value = rebuild_error(value, trusted=False)
+            rebuilt.append((status, value))
+        return rebuilt
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name not in ("__name__", "__qualname__", "__doc__"):
             raise AttributeError(name)

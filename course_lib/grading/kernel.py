@@ -9,7 +9,7 @@ over the channel:
 - ``exec_cell(source)``: run a notebook cell; reply with its nbformat outputs;
 - ``global(name)``: a name of the notebook's namespace (a value, or a handle to an object);
 - ``call`` / ``call_method`` / ``getattr`` / ``setattr`` / ``delattr`` / ``special`` on a handle:
-  what a check does with a student's object;
+  what a check does with a student's object; ``call_methods``: several of those in one request;
 - ``build(module, qualname, args, kwargs)``: a platform object of this edition of ``course_lib``
   (``checks.make``), built here, next to the student's code.
 
@@ -110,7 +110,8 @@ class Kernel:
             return self.exec_cell(*args)
         if op == "global":
             return self.lookup(*args)
-        if op in ("call", "call_in_place", "call_method", "getattr", "setattr", "delattr", "special", "build"):
+        if op in ("call", "call_in_place", "call_method", "call_methods", "getattr", "setattr", "delattr", "special",
+                  "build"):
             return self._run_for_grader(getattr(self, f"_{op}"), args)
         if op == "listen":
             return self.listen(*args)
@@ -164,6 +165,34 @@ class Kernel:
             raise TypeError(f"a method name must be a string, got {type(name).__name__}")
         value = getattr(target, name)(*call_args, **call_kwargs)
         return (value, call_args, call_kwargs) if in_place else value
+
+    @staticmethod
+    def _call_methods(target: Any, calls: list) -> list[tuple[str, Any]]:
+        """Each ``(name, args)`` in order: ``target.name(*args)``, or the attribute when args is None.
+
+        One request for what a check reads after every step (a free count, every block table). An
+        exception ends only its own call and comes back described; a time-limit interrupt ends all.
+        """
+        from course_lib.grading.channel import describe_error
+
+        if not isinstance(calls, list):
+            raise TypeError("call_methods takes a list of (name, args) pairs")
+        results: list[tuple[str, Any]] = []
+        for call in calls:
+            if not (isinstance(call, tuple) and len(call) == 2 and isinstance(call[0], str)
+                    and (call[1] is None or isinstance(call[1], tuple))):
+                raise TypeError(f"call_methods: each call is (name, args tuple or None), got {call!r}")
+            name, call_args = call
+            try:
+                member = getattr(target, name)
+            except Exception as error:  # noqa: BLE001 - reported to the check, which decides
+                results.append(("missing" if isinstance(error, AttributeError) else "error", describe_error(error)))
+                continue
+            try:
+                results.append(("value", member if call_args is None else member(*call_args)))
+            except Exception as error:  # noqa: BLE001 - reported to the check, which decides
+                results.append(("error", describe_error(error)))
+        return results
 
     @staticmethod
     def _getattr(target: Any, name: str) -> Any:
