@@ -3,6 +3,11 @@
 GGUF is llama.cpp's single-file model format: a header of key/value metadata (architecture
 sizes, the tokenizer's vocabulary, merges and chat template) followed by the weight tensors,
 most of them quantized. We read it with the ``gguf`` package, never from a model hub.
+
+Parsing the header takes about 3 s (the vocabulary and merges are 100,000 small fields), so what
+the course reads from it (``read_metadata``, ``read_tensor_infos``, dequantized tensors) goes
+through the disk cache (:mod:`course_lib.disk_cache`): each process after the first reads it in
+milliseconds. ``open_gguf`` still gives the ``gguf`` package's reader for everything else.
 """
 
 from __future__ import annotations

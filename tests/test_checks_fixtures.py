@@ -197,3 +197,25 @@ def test_a_refusal_of_the_reference_is_replayed_as_the_same_exception(replayed):
     _, replay, _ = replayed
     assert replay[8] == "passed", "the recorded OutOfBlocksError is raised again in the kit"
     assert replay[9] == "failed: allocating 5 blocks from 2", replay[9]
+
+
+def test_a_recording_goes_stale_when_code_changes_not_when_prose_does(tmp_path):
+    from course_lib.grading.recording import _inputs, fixture_path, stale_fixtures
+
+    lab = "lab-toy"
+    (tmp_path / "solutions" / lab).mkdir(parents=True)
+    (tmp_path / "solutions" / lab / "01_toy.ipynb").write_text("{}")
+    module = tmp_path / "course_lib" / "toy.py"
+    module.parent.mkdir()
+    module.write_text('"""A toy module."""\n\ndef f(x):\n    """Doubles."""\n    return 2 * x  # why: a test\n')
+    inputs = _inputs(tmp_path, lab, [str(module)])
+    fixture_path(tmp_path, lab).parent.mkdir(parents=True)
+    fixture_path(tmp_path, lab).write_text(json.dumps({"lab": lab, "inputs": inputs, "checks": {}}))
+    assert stale_fixtures(tmp_path, [lab]) == []
+
+    module.write_text('"""Docs rewritten."""\n\ndef f(x):\n    """Twice x, said again."""\n\n    return 2 * x\n')
+    assert stale_fixtures(tmp_path, [lab]) == [], "docstrings, comments and blank lines decide no recorded value"
+
+    module.write_text('"""Docs rewritten."""\n\ndef f(x):\n    return 3 * x\n')
+    stale = [str(difference) for difference in stale_fixtures(tmp_path, [lab])]
+    assert len(stale) == 1 and "course_lib/toy.py changed" in stale[0], stale

@@ -6,13 +6,16 @@ with the reference answers, runs top to bottom in a kernel on the instructor edi
 ``COURSE_RECORD_FIXTURES`` set, exactly as a student would run it in JupyterLab (test cells
 included, hidden tests excluded: the release has none). Every visible check call leaves a
 recording; they are written to ``course_lib/checks/recorded/<lab>.json`` together with the
-SHA-256 of every file the run depended on (the lab's solution notebooks and the ``course_lib``
+fingerprint of every file the run depended on (the lab's solution notebooks and the ``course_lib``
 modules the kernel imported), so ``course release --check`` can tell a stale recording without
-running anything.
+running anything. A module's fingerprint covers its code only (its syntax tree without docstrings;
+comments never reach the tree): editing prose does not change what a check computes, so it does
+not make every kit's recordings stale.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -41,8 +44,22 @@ def fixture_path(root: Path, lab: str) -> Path:
     return root / "course_lib" / "checks" / "recorded" / f"{lab}.json"
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _without_docstrings(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def _fingerprint(path: Path) -> str:
+    """SHA-256 of a file; for a Python module, of its code alone (syntax tree without docstrings)."""
+    data = path.read_bytes()
+    if path.suffix == ".py":
+        data = b"python-code-v1\n" + ast.dump(_without_docstrings(ast.parse(data, filename=str(path)))).encode()
+    return hashlib.sha256(data).hexdigest()
 
 
 # The grading machinery (how the grader talks to a kernel) is loaded by every recording kernel but
@@ -58,7 +75,7 @@ def _inputs(root: Path, lab: str, module_files: list[str]) -> dict[str, str]:
         path = Path(name).resolve()
         if package in path.parents and not str(path.relative_to(root.resolve())).startswith(_MACHINERY):
             paths.append(path)
-    return {str(path.resolve().relative_to(root.resolve())): _sha256(path) for path in sorted(set(paths))}
+    return {str(path.resolve().relative_to(root.resolve())): _fingerprint(path) for path in sorted(set(paths))}
 
 
 def stale_fixtures(root: Path, labs: list[str]) -> list[Difference]:
@@ -79,7 +96,7 @@ def stale_fixtures(root: Path, labs: list[str]) -> list[Difference]:
             current = root / name
             if not current.is_file():
                 differences.append(Difference(shown, "inputs", f"{name} no longer exists"))
-            elif _sha256(current) != digest:
+            elif _fingerprint(current) != digest:
                 differences.append(Difference(shown, "inputs", f"stale: {name} changed since it was recorded"))
         known = {name for name in inputs if name.startswith("solutions/")}
         for notebook in sorted((root / "solutions" / lab).glob("*.ipynb")):
