@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from course_lib.grading.demo import DemoStudent
 from course_lib.grading.report import score_table
 from course_lib.grading.results import FAILED, MISSING, PASSED, CellResult, LabResult, NotebookResult
@@ -59,3 +61,22 @@ def test_summary_line_lists_few_results_and_summarizes_many():
     assert one_line_summary(few) == "blank 0% · correct 100%"
     many = [result(f"s{i}", "lab01", i % 5) for i in range(10)]
     assert one_line_summary(many) == "lab01: 10 graded, median 50%, 2 with full marks, 2 with zero"
+
+
+def test_a_new_worker_removes_the_folders_of_killed_workers_only(tmp_path):
+    import subprocess
+    import sys
+
+    from course_lib.grading.worker import _remove_folders_of_dead_workers
+
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(finished.stdout)   # exited: no process has this id (unless reused within the test)
+    dead = tmp_path / f"course-worker-{dead_pid}-abc_12"
+    (dead / "private" / "solutions").mkdir(parents=True)
+    alive = tmp_path / f"course-worker-{os.getpid()}-xyz"
+    alive.mkdir()
+    other = tmp_path / "course-worker-notes"
+    other.mkdir()
+    assert _remove_folders_of_dead_workers(tmp_path) == [dead]
+    assert not dead.exists(), "a killed worker's folder (the lab's hidden tests) must not stay on the machine"
+    assert alive.is_dir() and other.is_dir(), "a running worker's folder and unrelated folders stay"

@@ -96,7 +96,10 @@ class _Mirror:
                                     show_args=False)
         self.reference = _ReferenceAllocator(num_blocks, block_size, enable_prefix_caching=False)
         self.live: list[Any] = []  # sequence ids that hold blocks, in the order they got them
-        self._prefetched: dict | None = None  # the state read together with the last operation
+        # The student's free count and live block tables as last read (with the last operation, or
+        # on their own); nothing changes the student's allocator between two operations, so it stays
+        # valid until the next one, which saves a round trip per read when graded.
+        self._state: dict | None = None
         self._compare_state("right after construction")
 
     # ----- feedback ----------------------------------------------------------------------------
@@ -121,23 +124,21 @@ class _Mirror:
         live_after = _live_after(self.live, operation, args, expected_error)
         # The operation and the reads of the state after it (free count, every live block table) in
         # one go: when graded, that is one round trip to the student's kernel instead of several.
+        self._state = None
         results = call_methods(self.student, [(operation, args), *self._state_calls(live_after)])
         got, error = self._student_result(operation, results[0])
-        self._prefetched = self._state_from(live_after, results[1:])
-        try:
-            if expected_error is not None:
-                self._expect_refusal(operation, args, expected_error, error)
-            elif error is not None:
-                raise CheckFailed(
-                    f"{_describe(operation, args)} raised {type(error).__name__}: {error}\n  {self._where()}\n"
-                    "  hint: the reference does this operation without an error; read the traceback above."
-                ) from error
-            else:
-                self._compare_result(operation, args, expected, got, table_before)
-            self.live = live_after
-            self._compare_state(f"after {_describe(operation, args)}", "refused" if expected_error else operation)
-        finally:
-            self._prefetched = None
+        self._state = self._state_from(live_after, results[1:])
+        if expected_error is not None:
+            self._expect_refusal(operation, args, expected_error, error)
+        elif error is not None:
+            raise CheckFailed(
+                f"{_describe(operation, args)} raised {type(error).__name__}: {error}\n  {self._where()}\n"
+                "  hint: the reference does this operation without an error; read the traceback above."
+            ) from error
+        else:
+            self._compare_result(operation, args, expected, got, table_before)
+        self.live = live_after
+        self._compare_state(f"after {_describe(operation, args)}", "refused" if expected_error else operation)
         return got
 
     def _student_result(self, operation: str, result: tuple[str, Any]) -> tuple[Any, Exception | None]:
@@ -163,10 +164,10 @@ class _Mirror:
         return {"free": results[0], "tables": dict(zip(live, results[1:]))}
 
     def _read_state(self) -> dict:
-        """The student's free count and live block tables: read with the last operation, or now."""
-        if self._prefetched is not None:
-            return self._prefetched
-        return self._state_from(self.live, call_methods(self.student, self._state_calls(self.live)))
+        """The student's free count and live block tables: as read with the last operation, or read now."""
+        if self._state is None:
+            self._state = self._state_from(self.live, call_methods(self.student, self._state_calls(self.live)))
+        return self._state
 
     def _expect_refusal(self, operation: str, args: tuple, expected_error: Exception, error: Exception | None) -> None:
         documented = OutOfBlocksError if isinstance(expected_error, OutOfBlocksError) else ValueError
@@ -247,8 +248,8 @@ class _Mirror:
     # ----- comparing the state ------------------------------------------------------------------
 
     def _student_table(self, seq_id: Any) -> list[int]:
-        prefetched = self._prefetched["tables"] if self._prefetched is not None else {}
-        status, table = prefetched[seq_id] if seq_id in prefetched else \
+        known = self._state["tables"] if self._state is not None else {}
+        status, table = known[seq_id] if seq_id in known else \
             call_methods(self.student, [("block_table", (seq_id,))])[0]
         if status != "value":
             if isinstance(table, NotImplementedError):

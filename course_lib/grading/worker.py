@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -62,12 +63,39 @@ _PREPARED: dict[tuple[str, str, int, tuple[str, ...]], PreparedLab] = {}
 _ROOT: Path | None = None
 
 
+_WORKER_FOLDER = re.compile(r"course-worker-(\d+)-[A-Za-z0-9_]+")
+
+
 def _worker_root() -> Path:
     global _ROOT
     if _ROOT is None:
+        _remove_folders_of_dead_workers(Path(tempfile.gettempdir()))
         _ROOT = Path(tempfile.mkdtemp(prefix=f"course-worker-{os.getpid()}-"))
         atexit.register(shutil.rmtree, _ROOT, True)
     return _ROOT
+
+
+def _remove_folders_of_dead_workers(parent: Path) -> list[Path]:
+    """Remove the folders of grading workers that no longer run; the folders removed.
+
+    A worker removes its folder when it exits, but not when it is killed (the out-of-memory killer,
+    a lost node, a test that kills one): the folder keeps the lab's solutions and hidden tests on
+    the machine. The next worker to start there removes it: a folder of this user's whose process
+    id no longer exists.
+    """
+    removed = []
+    for folder in parent.glob("course-worker-*"):
+        match = _WORKER_FOLDER.fullmatch(folder.name)
+        if not match or folder.is_symlink() or not folder.is_dir() or folder.stat().st_uid != os.getuid():
+            continue
+        try:
+            os.kill(int(match.group(1)), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+        except (PermissionError, OverflowError):
+            pass  # the process id is in use (another user's process): not ours to judge
+    return removed
 
 
 def prepared_lab(bundle: LabBundle, timeout: int, locked_labs: tuple[str, ...]) -> PreparedLab:
