@@ -10,6 +10,11 @@ the speedup over the first J. The scores of every run must be the same (checked)
 
     python benchmarks/grading_scale.py --submissions 200 --jobs 1 2          # the full run
     python benchmarks/grading_scale.py --submissions 20 --jobs 1 2           # a dry run
+    python benchmarks/grading_scale.py --jobs 1 --cluster tcp://HOST:8786    # one machine, then a cluster
+
+With ``--cluster``, the same class is also graded on the workers of that Dask scheduler (started
+beforehand: ``dask scheduler``, then ``dask worker tcp://HOST:8786 --nworkers 2 --nthreads 1`` on
+each machine) and reported as one more row, its speedup over the first local run.
 """
 
 from __future__ import annotations
@@ -42,14 +47,16 @@ def build_class(submissions: Path, lab: str, notebook: str, count: int) -> list[
     return [path.parts[-3] for path in sources]
 
 
-def grade(submissions: Path, out: Path, lab: str, jobs: int, timeout: int) -> float:
+def grade(submissions: Path, out: Path, lab: str, workers: list[str], timeout: int) -> float:
+    """Wall-clock seconds of ``course grade`` with ``workers`` (``["--jobs", "2"]`` or ``["--cluster", ADDRESS]``)."""
     started = time.perf_counter()
     completed = subprocess.run([sys.executable, "-m", "course_lib.cli", "grade", str(submissions), "--lab", lab,
-                                "--out", str(out), "--jobs", str(jobs), "--timeout", str(timeout)],
+                                "--out", str(out), *workers, "--timeout", str(timeout)],
                                cwd=ROOT, capture_output=True, text=True)
     seconds = time.perf_counter() - started
     if completed.returncode != 0:
-        raise SystemExit(f"course grade --jobs {jobs} failed:\n{completed.stdout[-2000:]}\n{completed.stderr[-3000:]}")
+        raise SystemExit(f"course grade {' '.join(workers)} failed:\n{completed.stdout[-2000:]}\n"
+                         f"{completed.stderr[-3000:]}")
     return seconds
 
 
@@ -60,6 +67,8 @@ def main() -> int:
     parser.add_argument("--submissions", type=int, default=200)
     parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--timeout", type=int, default=120, help="per-cell limit (s)")
+    parser.add_argument("--cluster", metavar="tcp://HOST:PORT",
+                        help="also grade the class on this Dask scheduler's workers (one more row)")
     args = parser.parse_args()
     if args.submissions < 1 or any(j < 1 for j in args.jobs):
         parser.error("--submissions and --jobs must be at least 1")
@@ -68,23 +77,26 @@ def main() -> int:
         kinds = build_class(submissions, args.lab, args.notebook, args.submissions)
         print(f"{args.submissions} submissions of {args.lab}/{args.notebook} (copies of {', '.join(kinds)}); "
               f"{os.cpu_count()} CPUs, {platform.machine()}, {date.today()}", flush=True)
+        runs = [(str(jobs), ["--jobs", str(jobs)]) for jobs in args.jobs]
+        if args.cluster:
+            runs.append((args.cluster, ["--cluster", args.cluster]))
         rows, reference = [], None
-        for jobs in args.jobs:
-            out = Path(scratch) / f"out-{jobs}"
-            seconds = grade(submissions, out, args.lab, jobs, args.timeout)
+        for index, (label, workers) in enumerate(runs):
+            out = Path(scratch) / f"out-{index}"
+            seconds = grade(submissions, out, args.lab, workers, args.timeout)
             report = json.loads((out / "report.json").read_text())
             scores = {entry["student"]: entry["score"] for entry in report["submissions"]}
             if len(scores) != args.submissions:
-                raise SystemExit(f"--jobs {jobs}: {len(scores)} results for {args.submissions} submissions")
+                raise SystemExit(f"{' '.join(workers)}: {len(scores)} results for {args.submissions} submissions")
             if reference is None:
                 reference = scores
             elif scores != reference:
-                raise SystemExit(f"--jobs {jobs} gave other scores than --jobs {args.jobs[0]}")
-            rows.append((jobs, seconds, args.submissions / seconds * 60))
-            print(f"  --jobs {jobs}: {seconds:.0f} s", flush=True)
-    print("\n| local workers | wall time (s) | submissions per minute | speedup |\n| --- | --- | --- | --- |")
-    for jobs, seconds, rate in rows:
-        print(f"| {jobs} | {seconds:.0f} | {rate:.2f} | {rate / rows[0][2]:.2f}x |")
+                raise SystemExit(f"{' '.join(workers)} gave other scores than {' '.join(runs[0][1])}")
+            rows.append((label, seconds, args.submissions / seconds * 60))
+            print(f"  {' '.join(workers)}: {seconds:.0f} s", flush=True)
+    print("\n| workers | wall time (s) | submissions per minute | speedup |\n| --- | --- | --- | --- |")
+    for label, seconds, rate in rows:
+        print(f"| {label} | {seconds:.0f} | {rate:.2f} | {rate / rows[0][2]:.2f}x |")
     return 0
 
 
