@@ -77,7 +77,7 @@ def main() -> int:
         kinds = build_class(submissions, args.lab, args.notebook, args.submissions)
         print(f"{args.submissions} submissions of {args.lab}/{args.notebook} (copies of {', '.join(kinds)}); "
               f"{os.cpu_count()} CPUs, {platform.machine()}, {date.today()}", flush=True)
-        runs = [(str(jobs), ["--jobs", str(jobs)]) for jobs in args.jobs]
+        runs = [(f"{jobs} local", ["--jobs", str(jobs)]) for jobs in args.jobs]
         if args.cluster:
             runs.append((args.cluster, ["--cluster", args.cluster]))
         rows, reference = [], None

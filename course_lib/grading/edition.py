@@ -23,7 +23,7 @@ from typing import Iterable
 import course_lib
 from course_lib.exercises import EDITION_FILE, Exercise, stub_message
 
-__all__ = ["MarkedDefinition", "StubError", "build_edition", "marked_definitions", "stub_source"]
+__all__ = ["MarkedDefinition", "StubError", "build_edition", "is_docstring", "marked_definitions", "stub_source"]
 
 _IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", EDITION_FILE.name, ".ipynb_checkpoints")
 
@@ -99,7 +99,8 @@ def marked_definitions(tree: ast.Module) -> list[MarkedDefinition]:
     return found
 
 
-def _is_docstring(statement: ast.stmt) -> bool:
+def is_docstring(statement: ast.stmt) -> bool:
+    """Whether ``statement`` is a docstring (a string on its own, first in a body)."""
     return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant) \
         and isinstance(statement.value.value, str)
 
@@ -114,7 +115,7 @@ def _function_regions(node: ast.AST, message: str, lines: list[str]) -> list[tup
     Comments between the docstring (or the signature) and the first statement go with the body.
     """
     body = node.body
-    has_docstring = bool(body) and _is_docstring(body[0])
+    has_docstring = bool(body) and is_docstring(body[0])
     statements = body[1:] if has_docstring else body
     if not statements:
         return []

@@ -32,7 +32,7 @@ import nbformat
 
 from course_lib.exercises import LABS, lab_title
 from course_lib.grading.demo import solution_answer
-from course_lib.grading.edition import build_edition, marked_definitions
+from course_lib.grading.edition import build_edition, is_docstring, marked_definitions
 from course_lib.grading.layout import GradingError, list_labs
 from course_lib.grading.notebooks import nbgrader_meta
 from course_lib.handin.manifest import write_manifest
@@ -127,8 +127,7 @@ def _windows(lines: list[str]) -> list[tuple[int, str]]:
 
 def _docstring_lines(node: ast.AST) -> set[int]:
     body = getattr(node, "body", [])
-    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
-            and isinstance(body[0].value.value, str):
+    if body and is_docstring(body[0]):
         return set(range(body[0].lineno, body[0].end_lineno + 1))
     return set()
 

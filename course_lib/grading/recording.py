@@ -27,6 +27,7 @@ import nbformat
 
 from course_lib.checks.fixtures import RECORD_ENVIRONMENT
 from course_lib.grading.demo import DemoStudent, build_submission
+from course_lib.grading.edition import is_docstring
 from course_lib.grading.layout import GradingError
 from course_lib.grading.notebooks import cell_label, nbgrader_meta
 from course_lib.grading.release import Difference
@@ -47,10 +48,8 @@ def fixture_path(root: Path, lab: str) -> Path:
 def _without_docstrings(tree: ast.AST) -> ast.AST:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                    and isinstance(body[0].value.value, str):
-                node.body = body[1:] or [ast.Pass()]
+            if node.body and is_docstring(node.body[0]):
+                node.body = node.body[1:] or [ast.Pass()]
     return tree
 
 
