@@ -239,13 +239,14 @@ def check_open_loop(open_loop, gap_s: float = 0.15, num_requests: int = 8, servi
                  hint="send every request of the schedule exactly once.")
     # Align the two clocks on the median lag (a connection set up for the first request can make it
     # late by itself); an open loop then lands every request within a fraction of a gap of its time,
-    # a closed loop drifts by a whole answer per request.
+    # a closed loop drifts by a whole answer (0.6 s) per request, and sending everything at once is
+    # off by up to half the schedule (0.6 s). The 0.3 s allowed leaves room for a busy grading machine.
     lags = sorted(arrival - item["at"] for arrival, item in zip(arrivals, schedule))
     lag = lags[len(lags) // 2]
     offsets = [arrival - lag - schedule[0]["at"] for arrival in arrivals]
     wanted = [item["at"] - schedule[0]["at"] for item in schedule]
     worst = max(abs(a - b) for a, b in zip(offsets, wanted))
-    if worst > 0.2:
+    if worst > 0.3:
         fail("the server saw the requests arrive off schedule (seconds after the first scheduled time, on the "
              "server's clock aligned on the median lag)",
              expected=[round(w, 3) for w in wanted], got=[round(o, 3) for o in offsets],
@@ -260,9 +261,12 @@ def check_open_loop(open_loop, gap_s: float = 0.15, num_requests: int = 8, servi
         expect_equal(record.get("scheduled_at"), schedule[index]["at"], f"record {index}: scheduled_at",
                      hint="return the records in schedule order, each with its 'at' as 'scheduled_at'.")
         expect_equal(len(record.get("chunk_times", [])), num_tokens, f"record {index}: text events received")
+        # The server spends service_s on every answer, so no true record is shorter; a busy machine
+        # can only make it longer.
         took = record["chunk_times"][-1] - record["sent_at"]
-        expect_close(took, service_s, f"record {index}: seconds from sending to the last chunk", abs_=0.3,
-                     hint="record the times stream_request gives you; do not make them up.")
+        check(service_s - 0.05 <= took <= service_s + 5.0,
+              f"record {index}: {took:.3f} s from sending to the last chunk, but the server took {service_s} s "
+              f"to stream every answer", hint="record the times stream_request gives you; do not make them up.")
 
 
 def random_in_flight_records(seed: int, count: int = 12) -> list[dict]:
