@@ -27,7 +27,7 @@ import pytest
 from course_lib.exercises import LABS
 from course_lib.grading.demo import DemoStudent, build_submission
 from course_lib.grading.kit import build_kit
-from course_lib.grading.layout import list_labs
+from course_lib.grading.layout import gpu_available, list_labs
 from course_lib.grading.notebooks import nbgrader_meta
 from course_lib.grading.sandbox import NONE, Isolation
 from course_lib.grading.student import StudentKernel
@@ -69,7 +69,9 @@ def _run(kit: Path, notebook, workdir: Path, siblings: dict | None = None) -> li
             if cell.cell_type != "code":
                 continue
             outputs = kernel.run_cell(cell.source, 300)["outputs"]
-            if nbgrader_meta(cell).get("grade") and _checks_something(cell.source):
+            # A GPU-only test cell says "skipped: needs a GPU" on a CPU and is left out of max_score.
+            gpu_only = cell.metadata.get("course", {}).get("needs_gpu") and not gpu_available()
+            if nbgrader_meta(cell).get("grade") and _checks_something(cell.source) and not gpu_only:
                 results.append((nbgrader_meta(cell)["grade_id"], outputs))
     return results
 
