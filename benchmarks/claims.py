@@ -13,8 +13,10 @@ A run of one notebook is one fresh kernel in a scratch copy of its lab folder (`
 runner), with ``COURSE_CLAIMS_LOG`` pointing at a log to which each claim appends a line. Rounds go
 over every notebook in turn (notebook A, B, C, then A, B, C again), so a slow spell of the machine
 falls on different notebooks rather than on all runs of one. A claim that was not checked in a run
-(its condition raised, or the notebook stopped before it) counts as not held. Lab 0.3's claims
-are about a GPU; on a machine without one its notebooks are skipped with that reason unless named.
+(its condition raised, or the notebook stopped before it) counts as not held; one the notebook
+skips on purpose (``skip_claim``: this machine cannot measure it) is listed apart with its reason.
+Lab 0.3's claims are about a GPU; on a machine without one its notebooks are skipped with that
+reason unless named.
 """
 
 from __future__ import annotations
@@ -112,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     for spinner in spinners:
         spinner.start()
     tallies: dict[tuple[str, str], Tally] = defaultdict(Tally)
+    skipped_claims: dict[tuple[str, str], str] = {}
     seconds: dict[str, list[float]] = defaultdict(list)
     problems: list[str] = []
     started = time.perf_counter()
@@ -126,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
                     seconds[name].append(elapsed)
                     problems += [f"run {run + 1}: {failure}" for failure in failures]
                     for record in _read_log(log)[before:]:
+                        if record.get("skipped"):
+                            skipped_claims[(name, record["statement"])] = record["skipped"]
+                            continue
                         tally = tallies[(name, record["statement"])]
                         tally.runs.add(run)
                         tally.held += bool(record["held"])
@@ -138,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for spinner in spinners:
             spinner.terminate()
-    table = _table(tallies, seconds, args.runs)
+    table = _table(tallies, seconds, args.runs, skipped_claims)
     header = (f"{date.today().isoformat()}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
               f"{args.busy} busy loops, {args.runs} runs, {(time.perf_counter() - started) / 60:.0f} min")
     print("\n" + header + "\n" + table)
@@ -150,12 +156,15 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if below or problems else 0
 
 
-def _table(tallies: dict, seconds: dict, runs: int) -> str:
+def _table(tallies: dict, seconds: dict, runs: int, skipped: dict | None = None) -> str:
     rows = ["| notebook | claim | held | example of what was measured |", "| --- | --- | --- | --- |"]
     for (notebook, statement), tally in sorted(tallies.items()):
         mark = "" if tally.held >= TARGET * runs else " **below 9/10**"
         example = next((m for m in tally.measured if m), "")
         rows.append(f"| {notebook} | {statement} | {tally.held}/{runs}{mark} | {example} |")
+    for (notebook, statement), reason in sorted((skipped or {}).items()):
+        if (notebook, statement) not in tallies:
+            rows.append(f"| {notebook} | {statement} | skipped | {reason} |")
     rows.append("")
     rows.append("| notebook | seconds per run (min / median / max) |")
     rows.append("| --- | --- |")

@@ -14,6 +14,10 @@ The cell prints whether the claim held in this run, with the numbers, and, when 
 likely reason. A claim never fails a cell and never costs points: it tells a student whether their
 run shows what the text describes, or why it may not.
 
+A claim that this machine cannot test (a GPU timing on a laptop without a GPU) is stated with
+``skip_claim(statement, reason)``: the cell says the claim is skipped and why, instead of keeping
+quiet about it.
+
 ``benchmarks/claims.py`` runs the notebooks many times on a busy machine and counts, per claim,
 how often it held: each claim appends one JSON line to the file that ``COURSE_CLAIMS_LOG`` names
 (nothing is written when it is unset).
@@ -27,7 +31,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Union
 
-__all__ = ["CLAIMS_LOG_ENVIRONMENT", "Claim", "claim"]
+__all__ = ["CLAIMS_LOG_ENVIRONMENT", "Claim", "claim", "skip_claim"]
 
 CLAIMS_LOG_ENVIRONMENT = "COURSE_CLAIMS_LOG"
 """Environment variable: a file to which every claim appends one JSON line (for ``benchmarks/claims.py``)."""
@@ -40,7 +44,8 @@ class Claim:
     """One claim and how it came out in this run.
 
     ``held`` is None when the condition could not be evaluated (it raised: say, a measurement is
-    missing because an exercise is not done yet).
+    missing because an exercise is not done yet), or when the claim was skipped on purpose
+    (``skipped`` says why: this machine cannot make the measurement).
     """
 
     statement: str
@@ -48,9 +53,12 @@ class Claim:
     measured: str = ""
     otherwise: str = ""
     error: str = ""
+    skipped: str = ""
 
     def line(self) -> str:
         """The one-line verdict a notebook prints."""
+        if self.skipped:
+            return f"\u2013 Claim skipped in this run: {self.statement}. Why: {self.skipped}."
         numbers = f" (measured: {self.measured})" if self.measured else ""
         if self.held:
             return f"\u2714 Claim held in this run: {self.statement}{numbers}."
@@ -65,7 +73,7 @@ class Claim:
     def _repr_html_(self) -> str:
         from html import escape
 
-        colour = {True: "#1a7f37", False: "#b35900", None: "#57606a"}[self.held]
+        colour = {True: "#1a7f37", False: "#b35900", None: "#57606a"}[None if self.skipped else self.held]
         return f'<div style="color:{colour};font-family:monospace">{escape(self.line())}</div>'
 
 
@@ -107,6 +115,26 @@ def claim(statement: str, held: Condition, *, measured: str = "", otherwise: str
         raise ValueError(f"statement must be a non-empty string saying what the text claims, got {statement!r}")
     verdict, error = _evaluate(held)
     result = Claim(statement.strip(), verdict, measured, otherwise, error)
+    _log(result)
+    if show:
+        print(result.line())
+    return result
+
+
+def skip_claim(statement: str, reason: str, *, show: bool = True) -> Claim:
+    """Say that a claim of the text is not checked in this run, and why (never raises).
+
+    Args:
+        statement: the claim in the words of the text, as ``claim`` would state it.
+        reason: why this run cannot check it, e.g. "needs a GPU: the interpreter's timings say
+            nothing about one". ``benchmarks/claims.py`` lists skipped claims apart, never as failures.
+        show: print the line (True) or only return it.
+    """
+    if not isinstance(statement, str) or not statement.strip():
+        raise ValueError(f"statement must be a non-empty string saying what the text claims, got {statement!r}")
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValueError(f"reason must say why the claim is skipped, got {reason!r}")
+    result = Claim(statement.strip(), None, skipped=reason.strip())
     _log(result)
     if show:
         print(result.line())

@@ -38,13 +38,26 @@ def run_source(source: str, name: str, namespace: dict) -> None:
     exec(compile(source, filename, "exec"), namespace)
 
 
+EARLIER_CHAPTERS = {"05_into_the_engine": "04_split_kv"}
+"""A notebook whose answers use an earlier chapter's answers (imported with course_lib.chapters.answers_from)."""
+
+
 def student(notebook: str, replacements: dict[str, str] | None = None, given: tuple[str, ...] = ()) -> dict:
     """The namespace a student with the reference answers of ``notebook`` (some replaced) would have.
 
     ``given`` names functions defined in the notebook's ordinary code cells that the answers use.
+    Replacements keyed ``"<earlier notebook>/<grade_id>"`` replace an answer of the earlier chapter that
+    ``notebook`` imports (chapter 5 runs chapter 4's kernels).
     """
     namespace: dict = {"__name__": "__main__"}
     run_source(PRELUDE, f"{notebook} prelude", namespace)
+    earlier = EARLIER_CHAPTERS.get(notebook)
+    if earlier is not None:
+        prefix = f"{earlier}/"
+        earlier_replacements = {key[len(prefix):]: source for key, source in (replacements or {}).items()
+                                if key.startswith(prefix)}
+        for grade_id, source in answer_sources(SOLUTIONS / f"{earlier}.ipynb").items():
+            run_source(earlier_replacements.get(grade_id, source), f"{earlier} answer {grade_id}", namespace)
     if given:
         import nbformat
 

@@ -73,15 +73,17 @@ def test_softmax_zero_padding_is_named():
 
 
 def test_softmax_without_the_max_overflows_on_large_rows():
-    bad = replace_in_answer(BASICS, "softmax", "shifted = x - tl.max(x, axis=0)", "shifted = x")
+    bad = student(BASICS, {"softmax": demo_answers("buggy-softmax-no-max")["01_triton_basics/softmax"]})
     checks.check_softmax(bad["softmax"], 3, 100)
-    _fails(checks.check_softmax, bad["softmax"], 3, 300, scale=100.0, words=("NaN or inf", "max"))
+    # the visible case of the chapter's test cell
+    _fails(checks.check_softmax, bad["softmax"], 3, 100, scale=100.0, words=("NaN or inf", "max"))
 
 
 def test_softmax_that_ignores_the_row_stride_is_told_about_views():
-    bad = replace_in_answer(BASICS, "softmax", "num_cols, x.stride(0), out.stride(0)", "num_cols, num_cols, num_cols")
+    bad = student(BASICS, {"softmax": demo_answers("buggy-softmax-ignores-row-stride")["01_triton_basics/softmax"]})
     checks.check_softmax(bad["softmax"], 3, 100)
-    _fails(checks.check_softmax, bad["softmax"], 5, 70, strided=True, words=("contiguous x", "stride"))
+    # the visible case of the chapter's test cell
+    _fails(checks.check_softmax, bad["softmax"], 4, 50, strided=True, words=("contiguous x", "stride"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -116,9 +118,20 @@ def test_fused_count_with_one_write_is_named():
     _fails(checks.check_add_rmsnorm_traffic, bad["add_rmsnorm_traffic"], 4, 8, 4, words=("TWO rows", "residual"))
 
 
-def test_unfused_count_that_forgets_the_mean_is_caught():
+def test_unfused_count_that_forgets_the_mean_is_caught_by_the_shape_of_what_is_missing():
     bad = replace_in_answer(FUSED, "add_rmsnorm_traffic", "+ rows + num_tokens           # .mean", "+ 0           # .mean")
-    _fails(checks.check_add_rmsnorm_traffic, bad["add_rmsnorm_traffic"], 4, 8, 4, words=("unfused bytes",))
+    message = _fails(checks.check_add_rmsnorm_traffic, bad["add_rmsnorm_traffic"], 4, 8, 4,
+                     words=("unfused bytes", "has T*H + T elements too few"))
+    # the hint describes the mistake, never the rule: no term of the reference count is spelled out
+    for term in ("3TH", "2TH", "10TH", "2T,", "rsqrt 2T"):
+        assert term not in message, message
+
+
+def test_a_count_in_elements_is_told_to_multiply_by_the_bytes_per_element():
+    bad = replace_in_answer(FUSED, "add_rmsnorm_traffic", "return unfused * bytes_per_element, fused * bytes_per_element",
+                            "return unfused, fused")
+    _fails(checks.check_add_rmsnorm_traffic, bad["add_rmsnorm_traffic"], 64, 576, 2,
+           words=("fused bytes", "elements, not bytes", "bytes_per_element"))
 
 
 def test_mean_over_the_block_is_named(fused):
@@ -126,6 +139,15 @@ def test_mean_over_the_block_is_named(fused):
                           demo_answers("buggy-rmsnorm-mean-over-block")["02_fused_rmsnorm/fused_add_rmsnorm"]})
     checks.check_fused_add_rmsnorm(bad["fused_add_rmsnorm"], 4, 64)  # hidden = BLOCK: no difference
     _fails(checks.check_fused_add_rmsnorm, bad["fused_add_rmsnorm"], 3, 576, words=("sqrt(1024 / 576)", "hidden"))
+
+
+def test_rmsnorm_that_ignores_the_row_stride_is_told_about_views():
+    bad = student(FUSED, {"fused_add_rmsnorm":
+                          demo_answers("buggy-rmsnorm-ignores-row-stride")["02_fused_rmsnorm/fused_add_rmsnorm"]})
+    checks.check_fused_add_rmsnorm(bad["fused_add_rmsnorm"], 3, 100)
+    # the visible case of the chapter's test cell
+    _fails(checks.check_fused_add_rmsnorm, bad["fused_add_rmsnorm"], 3, 100, strided=True,
+           words=("contiguous x", "strided view", "stride(0)"))
 
 
 def test_a_residual_that_is_not_updated_is_caught():

@@ -61,6 +61,17 @@ def test_not_alternating_is_named():
     _fails(checks.check_time_paired, bad["time_paired"], "steady", words=("in a row", "alternate"))
 
 
+def test_pairs_always_in_the_same_order_are_named():
+    bad = replace_in_answer(ENGINE, "time_paired", "        if pair % 2 == 0:", "        if True:")
+    _fails(checks.check_time_paired, bad["time_paired"], "steady", words=("alternate their order", "A B A B"))
+
+
+def test_the_mean_in_a_fixed_order_fails_the_visible_scenarios():
+    bad = student(ENGINE, {"time_paired": demo_answers("buggy-timing-mean-fixed-order")[f"{ENGINE}/time_paired"]})
+    _fails(checks.check_time_paired, bad["time_paired"], "steady", words=("alternate their order",))
+    _fails(checks.check_time_paired, bad["time_paired"], "noisy", words=("alternate their order",))
+
+
 def test_reading_the_clock_without_synchronizing_is_named():
     bad = replace_in_answer(ENGINE, "time_paired", "    wait = synchronize if synchronize is not None else (lambda: None)",
                             "    wait = lambda: None")
@@ -107,7 +118,7 @@ def test_reference_backend_serves_smollm2(reference):
 
 @pytest.mark.slow
 def test_kernels_that_ignore_the_engine_strides_are_caught():
-    bad = student(ENGINE, {"kernels": demo_answers("buggy-kernels-assume-contiguous")[f"{ENGINE}/kernels"]})
+    bad = student(ENGINE, demo_answers("buggy-kernels-assume-contiguous"))   # chapter 4's kernels, imported
     _fails(checks.check_backend_serves_smollm2, bad["KernelBackend"](), ["The capital of France is"], max_tokens=2,
            block_size=4, words=("differ from the torch backend's",))
 

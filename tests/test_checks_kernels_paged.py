@@ -116,11 +116,26 @@ def test_floor_of_the_block_count_is_named():
 
 
 def test_ignoring_q_strides_is_named():
-    bad = replace_in_answer(DECODE, "paged_decode_attention", "q.stride(0), q.stride(1),",
-                            "num_q_heads * head_dim, head_dim,")
+    bad = _demo("buggy-decode-ignores-q-stride", DECODE, "paged_decode_attention")
     checks.check_paged_decode_attention(bad["paged_decode_attention"], [20, 45], 9, 3, 64, 16)
+    # the visible case of the chapter's test cell
     _fails(checks.check_paged_decode_attention, bad["paged_decode_attention"], [20, 45], 9, 3, 64, 16,
            strided_q=True, words=("strided view", "q.stride(0)"))
+
+
+def test_masked_loads_without_a_minus_inf_score_are_named_before_the_loop():
+    bad = replace_in_answer(DECODE, "paged_decode_attention",
+                            "        scores = tl.where(is_token[None, :], scores, float(\"-inf\"))\n", "")
+    message = _fails(checks.check_paged_decode_attention, bad["paged_decode_attention"], [5, 16, 33], 4, 2, 16, 16,
+                     words=("end inside a block", "score of 0", "-inf"))
+    assert "cdiv" not in message, message
+
+
+def test_a_count_in_elements_is_told_times_bytes_per_element():
+    bad = replace_in_answer(DECODE, "decode_attention_traffic",
+                            "return paged * bytes_per_element, padded * bytes_per_element", "return paged, padded")
+    _fails(checks.check_decode_attention_traffic, bad["decode_attention_traffic"], [10, 4], 4, 9, 3, 64, 2,
+           words=("in elements", "times bytes per element"))
 
 
 def test_a_kernel_that_walks_the_whole_table_row_hits_the_guard():
@@ -153,7 +168,7 @@ def test_reference_answers_pass_chapter_4(split):
     checks.check_split_kv_decode_attention(attention, [48, 80], 9, 3, 64, 16, 2, seed=2, strided_q=True,
                                            table_padding="invalid")
     checks.check_choose_num_splits(split["choose_num_splits"], [(1, 8, 8192, 132), (256, 8, 4096, 132),
-                                                                (5, 2, 255, 8)])
+                                                                (5, 2, 255, 8), (8, 8, 8192, 132), (1, 8, 100, 132)])
     checks.check_store_kv(split["store_kv"], 12, 3, 64, 16, 3)
     checks.check_store_kv(split["store_kv"], 40, 3, 64, 16, 5, seed=2, strided=True)
     checks.check_store_kv(split["store_kv"], 30, 8, 32, 8, 6, seed=3, dtype=torch.float16)
@@ -179,7 +194,16 @@ def test_split_ranges_that_skip_a_block_are_named():
                             "per_split = tl.maximum(num_blocks // NUM_SPLITS, 1)")
     checks.check_split_kv_decode_attention(bad["split_kv_decode_attention"], [40, 100], 4, 2, 16, 16, 1)
     _fails(checks.check_split_kv_decode_attention, bad["split_kv_decode_attention"], [5, 40, 100], 4, 2, 16, 16, 2,
-           words=("right with num_splits=1", "every block exactly once"))
+           words=("right with num_splits=1", "rounded down", "every block exactly once"))
+
+
+def test_a_per_split_count_rounded_down_is_named_not_blamed_on_empty_splits():
+    bad = replace_in_answer(SPLIT, "split_kv_decode_attention", "per_split = tl.cdiv(num_blocks, NUM_SPLITS)",
+                            "per_split = num_blocks // NUM_SPLITS")
+    # the visible case with empty splits: NaN for the short sequences, as with a missing empty-split guard
+    message = _fails(checks.check_split_kv_decode_attention, bad["split_kv_decode_attention"], [1, 17, 40], 9, 3, 64,
+                     16, 3, words=("rounded down", "cdiv(num_blocks, num_splits)"))
+    assert "0 / 0" not in message, message
 
 
 def test_empty_split_without_guard_gives_nan_and_is_named():
@@ -187,6 +211,19 @@ def test_empty_split_without_guard_gives_nan_and_is_named():
                             "safe_sum = running_sum")
     _fails(checks.check_split_kv_decode_attention, bad["split_kv_decode_attention"], [1, 17, 40], 9, 3, 64, 16, 3,
            words=("NaN with more splits", "lse -inf"))
+
+
+def test_choose_num_splits_without_max_one_is_named():
+    bad = _demo("buggy-splits-without-max-one", SPLIT, "choose_num_splits")
+    checks.check_choose_num_splits(bad["choose_num_splits"], [(1, 8, 8192, 132), (64, 8, 4096, 132)])
+    for case in ((256, 8, 4096, 132), (1, 8, 100, 132)):    # the visible cases of the chapter's test cell
+        _fails(checks.check_choose_num_splits, bad["choose_num_splits"], [case], words=("0 splits", "max(1, ...)"))
+
+
+def test_choose_num_splits_with_a_second_wave_is_caught():
+    bad = replace_in_answer(SPLIT, "choose_num_splits", "wanted = PROGRAMS_PER_SM * num_sms // programs",
+                            "wanted = -(-PROGRAMS_PER_SM * num_sms // programs)")
+    _fails(checks.check_choose_num_splits, bad["choose_num_splits"], [(64, 8, 4096, 132)], words=("one wave",))
 
 
 def test_choose_num_splits_without_the_token_floor_is_caught():
@@ -202,9 +239,9 @@ def test_store_that_ignores_padding_hits_the_guard():
 
 
 def test_store_that_ignores_k_strides_is_named():
-    bad = replace_in_answer(SPLIT, "store_kv", "slot_mapping, k.stride(0), k.stride(1), v.stride(0), v.stride(1),",
-                            "slot_mapping, num_kv_heads * head_dim, head_dim, num_kv_heads * head_dim, head_dim,")
+    bad = _demo("buggy-store-ignores-strides", SPLIT, "store_kv")
     checks.check_store_kv(bad["store_kv"], 12, 3, 64, 16, 3)
+    # the visible case of the chapter's test cell
     _fails(checks.check_store_kv, bad["store_kv"], 12, 3, 64, 16, 3, strided=True, words=("strided views",))
 
 
@@ -232,11 +269,10 @@ def test_merge_reference_matches_torch_logsumexp():
     assert not math.isnan(float(got.sum()))
 
 
-def test_pasted_kernels_that_ignore_strides_are_told_about_views():
-    from tests.kernel_notebooks import student as engine_student
-
-    bad = engine_student("05_into_the_engine", {"kernels": demo_answers("buggy-kernels-assume-contiguous")[
-        "05_into_the_engine/kernels"]})
+def test_kernels_that_ignore_strides_are_told_about_views():
+    answers = demo_answers("buggy-kernels-assume-contiguous")
+    bad = student(SPLIT, {grade_id: answers[f"{SPLIT}/{grade_id}"] for grade_id in ("split_kv_decode_attention",
+                                                                                   "store_kv")})
     _fails(checks.check_split_kv_decode_attention, bad["split_kv_decode_attention"], [9, 40], 9, 3, 64, 16, 2,
            strided_q=True, words=("contiguous q", "q.stride(0)", "Wrong: the sequences of lengths [40]"))
     _fails(checks.check_store_kv, bad["store_kv"], 12, 3, 64, 16, 3, strided=True, words=("strided views",))

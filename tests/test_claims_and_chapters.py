@@ -7,7 +7,7 @@ import nbformat
 import pytest
 
 from course_lib.chapters import ChapterNotFound, answers_from
-from course_lib.claims import CLAIMS_LOG_ENVIRONMENT, claim
+from course_lib.claims import CLAIMS_LOG_ENVIRONMENT, claim, skip_claim
 from course_lib.grading import authoring
 
 
@@ -36,6 +36,19 @@ def test_claims_are_logged_for_the_benchmark(tmp_path, monkeypatch):
     claim("two", False, show=False)
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(r["statement"], r["held"]) for r in records] == [("one", True), ("two", False)]
+
+
+def test_a_skipped_claim_says_why_and_is_logged_as_skipped(tmp_path, monkeypatch, capsys):
+    log = tmp_path / "claims.jsonl"
+    monkeypatch.setenv(CLAIMS_LOG_ENVIRONMENT, str(log))
+    result = skip_claim("the fused kernel is 1.5x faster", "needs a GPU")
+    assert result.held is None and result.skipped == "needs a GPU"
+    out = capsys.readouterr().out
+    assert "skipped" in out and "the fused kernel is 1.5x faster" in out and "needs a GPU" in out
+    record = json.loads(log.read_text())
+    assert record["skipped"] == "needs a GPU" and record["held"] is None
+    with pytest.raises(ValueError, match="reason"):
+        skip_claim("a claim", " ")
 
 
 def test_a_claim_needs_a_statement():

@@ -50,18 +50,20 @@ def test_masked_and_in_bounds_accesses_run_normally():
 
 
 def test_a_load_past_the_end_is_stopped_and_named():
-    with pytest.raises(Exception, match=r"_copy_kernel, program \(1, 0, 0\): load.*3 of 8.*past the end of src_ptr"):
+    with pytest.raises(Exception, match=r"_copy_kernel, program \(1, 0, 0\): load.*3 of 8.*the first at src_ptr \+ 13, "
+                                        r"1 element past its last element \(src_ptr: \[13\] float32, src_ptr \+ 0 to "
+                                        r"src_ptr \+ 12\)"):
         _launch(13)
 
 
 def test_an_access_before_the_start_is_stopped():
-    with pytest.raises(Exception, match="before the start of src_ptr"):
+    with pytest.raises(Exception, match=r"the first at src_ptr - 2, 2 elements before its first element"):
         _launch(16, shift=-2)
 
 
 def test_a_view_is_its_own_extent_not_its_storage():
     buffer = torch.arange(32, dtype=torch.float32)
-    with pytest.raises(Exception, match=r"past the end of src_ptr \(\[13\] float32\)"):
+    with pytest.raises(Exception, match=r"past its last element \(src_ptr: \[13\] float32"):
         _launch(13, src=buffer[:13])
 
 

@@ -27,7 +27,7 @@ import pytest
 from course_lib.exercises import LABS
 from course_lib.grading.demo import DemoStudent, build_submission
 from course_lib.grading.kit import build_kit
-from course_lib.grading.layout import list_labs
+from course_lib.grading.layout import gpu_available, list_labs
 from course_lib.grading.notebooks import nbgrader_meta
 from course_lib.grading.sandbox import NONE, Isolation
 from course_lib.grading.student import StudentKernel
@@ -53,16 +53,25 @@ def _checks_something(source: str) -> bool:
     return any(line.strip() and not line.lstrip().startswith(("#", "import ", "from ")) for line in source.splitlines())
 
 
-def _run(kit: Path, notebook, workdir: Path) -> list[tuple[str, list[dict]]]:
-    """(grade_id, outputs) of every test cell with visible checks, running the notebook cell by cell like JupyterLab."""
+def _run(kit: Path, notebook, workdir: Path, siblings: dict | None = None) -> list[tuple[str, list[dict]]]:
+    """(grade_id, outputs) of every test cell with visible checks, running the notebook cell by cell like JupyterLab.
+
+    ``siblings`` (notebook stem -> notebook) are saved next to it, as the lab's other chapters sit next to
+    it in the kit: a later chapter imports an earlier chapter's answers from its saved file
+    (``course_lib.chapters.answers_from``).
+    """
     workdir.mkdir(parents=True)
+    for stem, sibling in (siblings or {}).items():
+        nbformat.write(sibling, workdir / f"{stem}.ipynb")
     results = []
     with StudentKernel(edition=kit, workdir=workdir, isolation=Isolation(NONE, "student's laptop")) as kernel:
         for cell in notebook.cells:
             if cell.cell_type != "code":
                 continue
             outputs = kernel.run_cell(cell.source, 300)["outputs"]
-            if nbgrader_meta(cell).get("grade") and _checks_something(cell.source):
+            # A GPU-only test cell says "skipped: needs a GPU" on a CPU and is left out of max_score.
+            gpu_only = cell.metadata.get("course", {}).get("needs_gpu") and not gpu_available()
+            if nbgrader_meta(cell).get("grade") and _checks_something(cell.source) and not gpu_only:
                 results.append((nbgrader_meta(cell)["grade_id"], outputs))
     return results
 
@@ -125,8 +134,10 @@ def test_the_kit_holds_the_release_and_nothing_of_the_instructors(lab_kit):
 def test_a_blank_chapter_fails_its_visible_tests_the_way_a_student_expects(chapter_kit):
     lab, chapter, kit, folder = chapter_kit
     notebook = nbformat.read(kit / "labs" / lab / f"{chapter}.ipynb", as_version=4)
+    siblings = {path.stem: nbformat.read(path, as_version=4) for path in sorted((kit / "labs" / lab).glob("*.ipynb"))
+                if path.stem != chapter}
     problems = []
-    for grade_id, outputs in _run(kit, notebook, folder / "blank" / chapter):
+    for grade_id, outputs in _run(kit, notebook, folder / "blank" / chapter, siblings):
         errors = _errors(outputs)
         if not errors:
             problems.append(f"{chapter}/{grade_id}: passed on a blank notebook")
@@ -143,11 +154,16 @@ def test_a_blank_chapter_fails_its_visible_tests_the_way_a_student_expects(chapt
 def test_reference_answers_pass_every_visible_test_of_a_chapter_in_the_kit(chapter_kit):
     lab, chapter, kit, folder = chapter_kit
     correct = DemoStudent("correct", "the reference answers", "solution")
-    solution = nbformat.read(ROOT / "solutions" / lab / f"{chapter}.ipynb", as_version=4)
-    notebook = build_submission(nbformat.read(kit / "labs" / lab / f"{chapter}.ipynb", as_version=4), solution,
-                                correct, chapter)
+
+    def solved(stem: str):
+        return build_submission(nbformat.read(kit / "labs" / lab / f"{stem}.ipynb", as_version=4),
+                                nbformat.read(ROOT / "solutions" / lab / f"{stem}.ipynb", as_version=4), correct, stem)
+
+    notebook = solved(chapter)
+    siblings = {path.stem: solved(path.stem) for path in sorted((kit / "labs" / lab).glob("*.ipynb"))
+                if path.stem != chapter}
     problems = []
-    for grade_id, outputs in _run(kit, notebook, folder / "solved" / chapter):
+    for grade_id, outputs in _run(kit, notebook, folder / "solved" / chapter, siblings):
         for ename, evalue in _errors(outputs):
             message = re.sub(r"\s+", " ", evalue)[:300]
             problems.append(f"{chapter}/{grade_id}: {ename}: {message}")

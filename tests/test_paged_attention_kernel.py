@@ -232,7 +232,8 @@ def test_choose_num_splits_rule():
     assert choose_num_splits(1, 8, 8192, h100_sms) == 32  # tiny grid, long context: split a lot
     assert choose_num_splits(1, 8, 512, h100_sms) == 2  # short context caps the splits
     assert choose_num_splits(1, 8, 255, h100_sms) == 1  # under one split's worth of tokens
-    assert choose_num_splits(64, 8, 4096, h100_sms) == 2
+    assert choose_num_splits(8, 8, 8192, h100_sms) == 8  # 64 programs: 8 splits still fit in one wave
+    assert choose_num_splits(64, 8, 4096, h100_sms) == 1  # 2 splits would need a second wave
     assert choose_num_splits(256, 8, 8192, h100_sms) == 1  # the grid already fills the device
     assert choose_num_splits(1, 1, 10**6, h100_sms) == pa.AUTO_MAX_SPLITS
 

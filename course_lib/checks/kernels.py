@@ -267,6 +267,52 @@ def _measured_unfused_bytes(num_tokens: int, hidden: int, dtype: torch.dtype) ->
     return count_bytes(unfused_add_rmsnorm, meta(num_tokens, hidden), meta(num_tokens, hidden), meta(hidden), 1e-5).total
 
 
+PROBES = ((0, 0), (1, 0), (0, 1), (1, 1))
+"""(extra tokens, extra hidden) of the sizes at which a wrong count is compared with the rule, to tell
+which kind of term it gets wrong (a T*H term, a T term, an H term) without showing the rule."""
+
+
+def _term_difference(differences: list[float], num_tokens: int, hidden: int) -> tuple[float, float, float, float]:
+    """(a, c, d, e) with difference(T, H) = a*T*H + c*T + d*H + e, from the differences at PROBES."""
+    at, more_tokens, more_hidden, both = differences
+    a = both - more_tokens - more_hidden + at
+    c = more_tokens - at - a * hidden
+    d = more_hidden - at - a * num_tokens
+    e = at - a * num_tokens * hidden - c * num_tokens - d * hidden
+    return a, c, d, e
+
+
+def _describe_terms(terms: tuple[float, float, float, float]) -> str | None:
+    """'T*H + T elements too few' (or '2*T too many and H too few') for whole numbers of elements; None
+    if the difference is not that simple."""
+    if not all(math.isfinite(term) and abs(term - round(term)) < 1e-6 for term in terms):
+        return None
+    groups: dict[str, list[str]] = {"too many": [], "too few": []}
+    for count, name in zip((round(term) for term in terms), ("T*H", "T", "H", "")):
+        if count:
+            size = abs(count)
+            text = str(size) if not name else (name if size == 1 else f"{size}*{name}")
+            groups["too many" if count > 0 else "too few"].append(text)
+    described = [f"{' + '.join(parts)}{' elements' if index == 0 else ''} {sign}"
+                 for index, (sign, parts) in enumerate((sign, parts) for sign, parts in groups.items() if parts)]
+    return " and ".join(described) or None
+
+
+def _traffic_diagnosis(student_traffic: Callable, which: int, num_tokens: int, hidden: int, bytes_per_element: float,
+                       expected_at_probes: list[tuple[float, float]]) -> str | None:
+    """Which terms (in elements) the student's count of ``which`` (0 unfused, 1 fused) gets wrong, or None."""
+    differences = []
+    for (extra_tokens, extra_hidden), expected in zip(PROBES, expected_at_probes):
+        tokens, size = num_tokens + extra_tokens, hidden + extra_hidden
+        got = call_student(student_traffic, f"add_rmsnorm_traffic({tokens}, {size}, {bytes_per_element})", tokens, size,
+                           bytes_per_element, show_args=False)
+        try:
+            differences.append((float(got[which]) - float(expected[which])) / bytes_per_element)
+        except (TypeError, ValueError, IndexError, KeyError):
+            return None
+    return _describe_terms(_term_difference(differences, num_tokens, hidden))
+
+
 @recorded_check
 def check_add_rmsnorm_traffic(student_traffic: Callable, num_tokens: int, hidden: int, bytes_per_element: float,
                               *, measure: bool = False) -> None:
@@ -279,21 +325,36 @@ def check_add_rmsnorm_traffic(student_traffic: Callable, num_tokens: int, hidden
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         fail(f"{call} must return a pair (unfused_bytes, fused_bytes)", expected="(number, number)", got=got)
     unfused, fused = got
-    expected_unfused, expected_fused = reference(_reference_traffic)(num_tokens, hidden, bytes_per_element)
+    # The rule at a few neighbouring sizes too (always, so the kit's recording has them): a wrong count
+    # is then described by the kind of term it gets wrong, never by the rule itself.
+    at_probes = [reference(_reference_traffic)(num_tokens + extra_tokens, hidden + extra_hidden, bytes_per_element)
+                 for extra_tokens, extra_hidden in PROBES]
+    expected_unfused, expected_fused = at_probes[0]
     rows, element = num_tokens * hidden, bytes_per_element
+    elements_hint = (f"these are elements, not bytes: multiply the count by bytes_per_element ({bytes_per_element:g} "
+                     "here).")
     if not _same_number(fused, expected_fused):
         hint = "the fused kernel reads x, residual and weight once and writes out and the new residual once."
-        if _same_number(fused, (3 * rows + hidden) * element):
+        if element != 1 and _same_number(fused, expected_fused / element):
+            hint = elements_hint
+        elif _same_number(fused, (3 * rows + hidden) * element):
             hint = ("one write is missing: the fused kernel writes TWO rows per token, the normalized output and "
-                    "the updated residual (the next layer adds to it), so 4TH + H elements.")
+                    "the updated residual (the next layer adds to it).")
         elif _same_number(fused, 4 * rows * element) or _same_number(fused, (4 * rows + num_tokens * hidden) * element):
-            hint = "the weight [hidden] is read once for the whole launch in this counting rule: + H elements, not + T*H or + 0."
+            hint = "the weight [hidden] is read once for the whole launch in this counting rule: H elements, not T*H or 0."
+        elif (terms := _traffic_diagnosis(student_traffic, 1, num_tokens, hidden, element, at_probes)) is not None:
+            hint = f"your fused count has {terms} (each times bytes per element). " + hint
         fail(f"{call}: fused bytes", expected=expected_fused, got=fused, hint=hint)
     if not _same_number(unfused, expected_unfused):
-        fail(f"{call}: unfused bytes", expected=expected_unfused, got=unfused,
-             hint="add up each torch operation of unfused_add_rmsnorm: its tensor inputs read once, its output written "
-                  "once (add 3TH, pow 2TH, mean TH + T, + eps 2T, rsqrt 2T, * inverse_rms 2TH + T, * weight 2TH + H), "
-                  "times the bytes per element.")
+        hint = ("add up each torch operation of unfused_add_rmsnorm (count_bytes(...).table() in section 2 lists "
+                "them): each reads its tensor inputs once and writes its output once; a [T, H] tensor is T*H "
+                "elements, a [T, 1] one T, the weight H; times bytes per element.")
+        if element != 1 and _same_number(unfused, expected_unfused / element):
+            hint = elements_hint
+        elif (terms := _traffic_diagnosis(student_traffic, 0, num_tokens, hidden, element, at_probes)) is not None:
+            hint = (f"your unfused count has {terms} (each times bytes per element): look for the "
+                    "operation whose inputs or output have that shape. " + hint)
+        fail(f"{call}: unfused bytes", expected=expected_unfused, got=unfused, hint=hint)
     if measure:
         dtype = {2: torch.bfloat16, 4: torch.float32}.get(bytes_per_element)
         check(dtype is not None, "measure=True needs bytes_per_element 2 or 4")
@@ -351,10 +412,20 @@ def check_fused_add_rmsnorm(student_fused: Callable, num_tokens: int, hidden: in
     out, new_residual = got
     expect_tensor(new_residual, (num_tokens, hidden), dtype, f"new_residual from {call}")
     expect_tensor(out, (num_tokens, hidden), dtype, f"out from {call}")
+    if strided and not (is_close(new_residual, expected_residual, dtype) and is_close(out, expected_out, dtype)):
+        again = call_kernel(student_fused, call, x.contiguous(), residual, weight, eps, copy_args=False)
+        if isinstance(again, (tuple, list)) and len(again) == 2 and all(
+                isinstance(t, torch.Tensor) and is_close(t, e, dtype) for t, e in zip(again, (expected_out,
+                                                                                         expected_residual))):
+            wrong, got_wrong, expected_wrong = (("new_residual", new_residual, expected_residual)
+                                                if not is_close(new_residual, expected_residual, dtype)
+                                                else ("out", out, expected_out))
+            fail_mismatch(f"{wrong} from {call}", got_wrong, expected_wrong, dtype,
+                          f"right for a contiguous x, wrong for this strided view (x.stride(0) = {x.stride(0)}, not "
+                          f"{hidden}): in the model x is a slice of a wider activation. Find row r of each tensor at "
+                          "ptr + r * tensor.stride(0), passing every row stride to the kernel.")
     if not is_close(new_residual, expected_residual, dtype):
         hint = "new_residual = x + residual, element by element (stored in the input dtype)."
-        if strided:
-            hint += f" x's rows are {x.stride(0)} elements apart here: use x.stride(0) to find row r."
         fail_mismatch(f"new_residual from {call}", new_residual, expected_residual, dtype, hint)
     if is_close(out, expected_out, dtype):
         return

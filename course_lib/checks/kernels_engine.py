@@ -264,6 +264,15 @@ def check_time_paired(student_time_paired: Callable, scenario: str, repeats: int
     if device.longest_run() > 2:
         fail(f"{call}: the same function ran {device.longest_run()} times in a row", show_values=False,
              hint="alternate the two: time A then B, then B then A, and so on, so both see the same conditions.")
+    timed = device.calls[2 * warmup:]
+    promised = [name for pair in range(repeats) for name in (("a", "b") if pair % 2 == 0 else ("b", "a"))]
+    if timed != promised:
+        pair = next(i // 2 for i, (got, wanted) in enumerate(zip(timed, promised)) if got != wanted)
+        shown = " ".join(timed[:8]).upper()
+        fail(f"{call}: the timed calls must alternate their order, A B, then B A, then A B...; yours ran "
+             f"{shown}{' ...' if len(timed) > 8 else ''} (pair {pair} is in the wrong order)", show_values=False,
+             hint="the function that runs second in a pair always runs on a warmer, more drifted device: swap the "
+                  "order every pair (A then B for even pairs, B then A for odd ones) so neither is always first.")
     if scenario == "drifting":
         expect_close(float(median_b) / float(median_a), 1.0, f"{call}: median_b / median_a for two equal kernels",
                      rel=0.05, hint="alternate the calls so the device's drift hits both functions alike.")

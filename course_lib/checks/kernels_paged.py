@@ -173,10 +173,19 @@ def _attention_hint(case: PagedCase, got: torch.Tensor, wrong_seqs: list[int], d
                     f"{block}): the kernel read the slots of the last block past seq_len. In this check every such "
                     "slot holds NaN (in a real pool: another request's keys). Mask the K and V loads to positions "
                     "< seq_len (other=0.0) and give those positions a score of -inf before the max and the exp.")
+        if all(_matches(got[seq], _last_block_variant(case, seq, "zero scores"), dtype) for seq in wrong_seqs):
+            return (f"exactly the sequences that end inside a block are wrong (lengths {wrong_lengths}; block_size "
+                    f"{block}), as if their last block's empty slots were tokens with a score of 0: the masked load "
+                    "gives k = 0 there, q . k = 0, and exp(0 - max) is not 0. Give positions >= seq_len a score of "
+                    "-inf (tl.where(is_token, scores, float('-inf'))) before the max and the exp.")
+        if all(_matches(got[seq], _last_block_variant(case, seq, "skipped"), dtype) for seq in wrong_seqs):
+            return (f"exactly the sequences that end inside a block are wrong (lengths {wrong_lengths}; block_size "
+                    f"{block}), as if their last, partly filled block were never visited: loop over "
+                    "cdiv(seq_len, block_size) blocks (rounding up), not seq_len // block_size.")
         return (f"exactly the sequences that end inside a block are wrong (lengths {wrong_lengths}; block_size "
-                f"{block}): the last block holds only seq_len % block_size tokens, and it must be visited. Loop over "
-                "cdiv(seq_len, block_size) blocks (rounding up) and give positions >= seq_len a score of -inf (a "
-                "masked load gives 0, and a score of 0 still counts in the softmax).")
+                f"{block}): look at the last block, which holds only seq_len % block_size tokens. Positions >= "
+                "seq_len need a score of -inf (a masked load gives 0, and a score of 0 still counts in the "
+                "softmax), and the block must be visited (cdiv(seq_len, block_size) blocks, rounding up).")
     if not all(finite[seq] for seq in wrong_seqs):
         return ("NaN in the output: the kernel read a slot that holds no token of the sequence (every such slot holds "
                 "NaN in this check), or divided 0 by 0. Mask the K and V loads to positions < seq_len, give those "
@@ -208,6 +217,35 @@ def _attention_hint(case: PagedCase, got: torch.Tensor, wrong_seqs: list[int], d
     return ("for each (sequence, KV head) program: load the group's queries, walk the block table block by block "
             "(cdiv(seq_len, block_size) blocks), scores = q . k * scale with -inf past seq_len, online softmax "
             "(running max, rescaled sum and accumulator), out = acc / sum.")
+
+
+def _last_block_variant(case: PagedCase, seq: int, mistake: str) -> torch.Tensor:
+    """Sequence ``seq``'s output [num_q_heads, head_dim] in float64 as a kernel with ``mistake`` in its last,
+    partly filled block computes it: "zero scores" (its empty slots count as keys and values of 0, so
+    scores of 0) or "skipped" (the block is never visited; NaN when that leaves no token)."""
+    length, block = int(case.seq_lens[seq]), case.block_size
+    num_q_heads, head_dim = case.q.shape[1], case.q.shape[2]
+    num_kv_heads = case.k_cache.shape[2]
+    kv_index = torch.arange(num_q_heads) // (num_q_heads // num_kv_heads)
+    kept = length if mistake == "zero scores" else length // block * block
+    blocks = case.block_tables[seq, : -(-length // block)].long()
+    keys = case.k_cache[blocks].flatten(0, 1)[:kept].double()[:, kv_index]    # [kept, num_q_heads, head_dim]
+    values = case.v_cache[blocks].flatten(0, 1)[:kept].double()[:, kv_index]
+    scores = torch.einsum("hd,thd->ht", case.q[seq].double(), keys) * case.scale
+    if mistake == "zero scores":
+        padding = -(-length // block) * block - length
+        scores = torch.cat([scores, torch.zeros(num_q_heads, padding, dtype=torch.float64)], dim=1)
+        values = torch.cat([values, torch.zeros(padding, num_q_heads, head_dim, dtype=torch.float64)], dim=0)
+    if scores.shape[1] == 0:
+        return torch.full((num_q_heads, head_dim), math.nan, dtype=torch.float64)
+    return torch.einsum("ht,thd->hd", torch.softmax(scores, dim=-1), values)
+
+
+def _matches(got: torch.Tensor, variant: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether ``got`` is what the variant computes (both NaN somewhere counts as a match)."""
+    if not torch.isfinite(variant).all():
+        return not bool(torch.isfinite(got).all())
+    return is_close(got, variant, dtype)
 
 
 def _check_attention_output(call: str, case: PagedCase, got: Any, dtype: torch.dtype,
@@ -275,21 +313,28 @@ def check_decode_attention_traffic(student_traffic: Callable, seq_lens: list[int
     expected_paged, expected_padded = reference(_reference_traffic)(list(seq_lens), block_size, num_q_heads,
                                                                     num_kv_heads, head_dim, bytes_per_element)
     kv_row = num_kv_heads * head_dim * bytes_per_element
+    elements_hint = (f"this is the count in elements: times bytes per element ({bytes_per_element:g} here) gives "
+                     "the bytes.")
     if not _same(paged, expected_paged):
         hint = ("the kernel reads K and V of each cached token once (2 * sum(seq_lens) * num_kv_heads * head_dim "
-                "elements) and reads q / writes the output (2 * num_seqs * num_q_heads * head_dim).")
+                "elements) and reads q / writes the output (2 * num_seqs * num_q_heads * head_dim), all times "
+                "bytes per element.")
         slots = sum(-(-int(length) // block_size) * block_size for length in seq_lens)
-        if _same(paged, expected_paged + 2 * (slots - sum(seq_lens)) * kv_row):
+        if bytes_per_element != 1 and _same(paged, expected_paged / bytes_per_element):
+            hint = elements_hint
+        elif _same(paged, expected_paged + 2 * (slots - sum(seq_lens)) * kv_row):
             hint = ("you counted whole blocks; the kernel masks the positions past seq_len, and masked lanes are never "
                     "read: count each sequence's seq_len tokens.")
         elif _same(paged, expected_paged * num_q_heads // num_kv_heads):
             hint = "K and V are read once per KV head, not once per query head: a program serves its whole group."
         fail(f"{call}: paged kernel bytes", expected=expected_paged, got=paged, hint=hint)
     if not _same(padded, expected_padded):
-        fail(f"{call}: padded torch bytes", expected=expected_padded, got=padded,
-             hint="every sequence is padded to ceil(max(seq_lens) / block_size) * block_size slots; K and V of those "
-                  "slots cross memory three times (read from the pool, written to the copy, read by SDPA); plus q "
-                  "and the output.")
+        hint = ("every sequence is padded to ceil(max(seq_lens) / block_size) * block_size slots; K and V of those "
+                "slots cross memory three times (read from the pool, written to the copy, read by SDPA); plus q "
+                "and the output; all times bytes per element.")
+        if bytes_per_element != 1 and _same(padded, expected_padded / bytes_per_element):
+            hint = elements_hint
+        fail(f"{call}: padded torch bytes", expected=expected_padded, got=padded, hint=hint)
 
 
 def _same(got: Any, expected: float) -> bool:
@@ -383,7 +428,13 @@ def check_split_kv_decode_attention(student_attention: Callable, seq_lens: list[
             and num_splits > 1:
         one_split = rerun(case, 1)
         if isinstance(one_split, torch.Tensor) and is_close(one_split, expected, dtype):
-            if not torch.isfinite(got).all():
+            if _per_split_rounds_down(student_attention, call, case, num_splits, dtype):
+                extra_hint = (f"right with num_splits=1, wrong with more: the splits skip blocks at the end. With "
+                              f"{2 * num_splits - 1} blocks and {num_splits} splits your kernel reads only the first "
+                              f"{num_splits}: the blocks per split were rounded down. per_split = cdiv(num_blocks, "
+                              "num_splits) (rounding up) makes the ranges cover every block exactly once; a split "
+                              "whose range starts past the last block is then empty.")
+            elif not torch.isfinite(got).all():
                 extra_hint = ("right with num_splits=1, NaN with more splits: a split past the end of a short sequence "
                               "holds no token. It must write output 0 and lse -inf, and the merge must give it weight 0 "
                               "(never 0 / 0 or -inf - -inf).")
@@ -393,6 +444,26 @@ def check_split_kv_decode_attention(student_attention: Callable, seq_lens: list[
                               "min((s + 1) * per_split, num_blocks), end excluded: together every block exactly once. "
                               "Then check the merge (weights exp(lse_s - max lse), outputs normalized per split).")
     _check_attention_output(call, case, got, dtype, rerun, extra_hint)
+
+
+def _per_split_rounds_down(student_attention: Callable, call: str, case: PagedCase, num_splits: int,
+                           dtype: torch.dtype) -> bool:
+    """Whether the student's split kernel reads only the first ``num_splits * (num_blocks // num_splits)`` blocks.
+
+    Runs it on one sequence of ``2 * num_splits - 1`` full blocks: rounding up gives every split 2 blocks
+    but the last (1), so no split is empty; rounding down gives each split 1 block and skips the rest.
+    """
+    block = case.block_size
+    probe = paged_case([(2 * num_splits - 1) * block], case.q.shape[1], case.k_cache.shape[2], case.q.shape[2], block,
+                       seed=99, dtype=dtype)
+    got = call_kernel(student_attention, f"{call} (diagnosis: one sequence of {2 * num_splits - 1} full blocks)",
+                      *probe.args(), num_splits)
+    if not isinstance(got, torch.Tensor) or got.shape != probe.q.shape or is_close(got, paged_attention_float64(
+            *probe.args()), dtype):
+        return False
+    truncated = torch.tensor([num_splits * block], dtype=torch.int32)
+    return is_close(got, paged_attention_float64(probe.q, probe.k_cache, probe.v_cache, probe.block_tables, truncated,
+                                                 probe.scale), dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -416,9 +487,14 @@ def check_choose_num_splits(student_choose: Callable, cases: list[tuple[int, int
         got = call_student(student_choose, call, num_seqs, num_kv_heads, max_context_len, num_sms, show_args=False)
         expected = reference(_reference_choose)(num_seqs, num_kv_heads, max_context_len, num_sms)
         programs = num_seqs * num_kv_heads
-        expect_equal(got, expected, call, hint=(
-            f"wanted = ceil({4} * {num_sms} / {programs}) splits to fill the GPU, useful = {max_context_len} // 256 "
-            f"splits that still read 256 tokens each; take max(1, min(wanted, useful, 32))."))
+        hint = (f"wanted = {4} * {num_sms} // {programs} splits still fit in one wave of the GPU's slots, useful = "
+                f"{max_context_len} // 256 splits still read 256 tokens each; take max(1, min(wanted, useful, 32)).")
+        if isinstance(got, int) and not isinstance(got, bool) and got < 1 and expected == 1:
+            hint = (f"{got} splits would launch no program at all for this batch: every split would be empty and the "
+                    "decode would compute nothing. When min(wanted, useful, 32) is 0 (the plain grid already fills "
+                    "the GPU, or the context is shorter than one split's 256 tokens) the answer is 1 split: take "
+                    "max(1, ...).")
+        expect_equal(got, expected, call, hint=hint)
 
 
 # ---------------------------------------------------------------------------------------------

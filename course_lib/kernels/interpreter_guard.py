@@ -12,9 +12,9 @@ included); every load, store and atomic whose mask is on must then fall inside o
 An access that does not raises ``OutOfBoundsAccess`` naming the kernel, the program, the access
 and the nearest argument, e.g.::
 
-    OutOfBoundsAccess: kernel add_kernel, program (3, 0, 0): load of float32 outside every tensor
-    argument: 24 of 256 lanes, the first 0 elements past the end of x_ptr ([1000] float32).
-    Mask the lanes past the end (mask=offsets < n) ...
+    OutOfBoundsAccess: kernel add_kernel, program (3, 0, 0): load outside every tensor argument:
+    24 of 256 active lanes, the first at x_ptr + 1000, 1 element past its last element
+    (x_ptr: [1000] float32, x_ptr + 0 to x_ptr + 999). Mask the lanes that fall past the end ...
 
 The span of a *view* is the view's own elements, not its whole storage: a kernel handed
 ``buffer[:1000]`` may not read element 1000 even though the buffer has it. Masked-off lanes are
@@ -99,18 +99,27 @@ def _spans_of(arg_names, args, kwargs) -> list[_Span]:
 
 
 def _describe_miss(addresses: np.ndarray, spans: list[_Span]) -> str:
-    """Where the first stray address lies relative to the nearest tensor argument."""
+    """Where the first stray address lies, as an offset from the nearest tensor argument's pointer.
+
+    Offsets count elements from the pointer the kernel received, as the kernel's own pointer
+    arithmetic does (``x_ptr + offsets``): "x_ptr + 1000 ... 1 element past its last element
+    (x_ptr: [1000] float32, x_ptr + 0 to x_ptr + 999)".
+    """
     address = int(addresses[0])
     if not spans:
         return "the launch has no tensor arguments"
     nearest = min(spans, key=lambda span: min(abs(address - span.start), abs(address - span.end)))
+    offset = (address - nearest.start) // nearest.itemsize
+    last = (nearest.end - nearest.start) // nearest.itemsize - 1
     if address >= nearest.end:
-        elements = (address - nearest.end) // nearest.itemsize
-        where = f"{elements} elements past the end of {nearest.name}"
+        distance = offset - last
+        where = f"{distance} element{'s' if distance != 1 else ''} past its last element"
     else:
-        elements = -(-(nearest.start - address) // nearest.itemsize)
-        where = f"{elements} elements before the start of {nearest.name}"
-    return f"{where} ({nearest.description})"
+        distance = -offset
+        where = f"{distance} element{'s' if distance != 1 else ''} before its first element"
+    at = f"{nearest.name} + {offset}" if offset >= 0 else f"{nearest.name} - {-offset}"
+    return (f"at {at}, {where} ({nearest.name}: {nearest.description}, "
+            f"{nearest.name} + 0 to {nearest.name} + {last})")
 
 
 def _check(kind: str, pointers, mask, element_size: int) -> None:

@@ -399,13 +399,15 @@ def _check_kernel_device(device: torch.device) -> None:
 def choose_num_splits(num_seqs: int, num_kv_heads: int, max_context_len: int, num_sms: int) -> int:
     """How many splits of each sequence's KV to run in parallel (the rule behind num_splits=None).
 
-    Split only while the plain grid (``num_seqs * num_kv_heads`` programs) is short of
-    ``PROGRAMS_PER_SM`` programs per SM, and never so far that a split would read fewer than
-    ``MIN_TOKENS_PER_SPLIT`` positions of the longest context; at most ``AUTO_MAX_SPLITS``.
+    Split as far as the programs still fit in one wave of the device's slots (``PROGRAMS_PER_SM``
+    programs per SM): a second, partly filled wave would cost as long as a full one. Never split
+    so far that a split would read fewer than ``MIN_TOKENS_PER_SPLIT`` positions of the longest
+    context, at most ``AUTO_MAX_SPLITS``, and always at least one split (a grid that already fills
+    the device, or a short context, gets one).
 
-    Examples on an H100 (132 SMs, so a target of 528 programs): batch 1 with 8 KV heads at
-    context 8192 -> 32 splits; at context 512 -> 2; batch 64 with 8 KV heads (512 programs)
-    -> 2 at context 4096; batch 256 -> 1.
+    Examples on an H100 (132 SMs, so 528 slots): batch 1 with 8 KV heads at context 8192 -> 32
+    splits (66 would fit); at context 512 -> 2; batch 8 (64 programs) at context 8192 -> 8; batch
+    64 with 8 KV heads (512 programs) -> 1; batch 256 -> 1.
 
     Args:
         num_seqs, num_kv_heads: the size of the plain grid.
@@ -414,7 +416,7 @@ def choose_num_splits(num_seqs: int, num_kv_heads: int, max_context_len: int, nu
         num_sms: streaming multiprocessors of the device (1 for the CPU interpreter).
     """
     programs = max(1, num_seqs * num_kv_heads)
-    wanted = -(-PROGRAMS_PER_SM * num_sms // programs)
+    wanted = PROGRAMS_PER_SM * num_sms // programs
     useful = max_context_len // MIN_TOKENS_PER_SPLIT
     return max(1, min(wanted, useful, AUTO_MAX_SPLITS))
 

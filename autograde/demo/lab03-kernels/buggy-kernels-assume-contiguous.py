@@ -1,42 +1,21 @@
-"""Demo student: kernels assume contiguous (05_into_the_engine)."""
+"""Demo student: chapter 4's kernels assume contiguous inputs (04_split_kv, 05_into_the_engine)."""
 
 DESCRIPTION = (
-    'the pasted kernels compute the row strides of q, k and v from their shapes (num_heads * head_dim) '
+    'split_kv_decode_attention and store_kv compute the row strides of q, k and v from their shapes '
     'instead of passing q.stride(0), k.stride(0), v.stride(0): right for contiguous tensors, wrong for '
-    'the strided views the engine passes. Loses the kernels and KernelBackend cells, expected 4/13'
+    'the strided views the engine passes. Chapter 5 imports these kernels from chapter 4 (answers_from), '
+    'so both chapters lose: the split and store cells of chapter 4, expected 6/15, and both KernelBackend '
+    'cells of chapter 5, expected 4/10'
 )
 BASE = "solution"
 ANSWERS = {
-    '05_into_the_engine/kernels': '''
-# Paste your chapter 4 kernels and functions here.
-@triton.jit
-def merge_splits_kernel(out_ptr, split_out_ptr, split_lse_ptr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
-                        HEAD_DIM: tl.constexpr):
-    row = tl.program_id(0)
-    splits = tl.arange(0, SPLITS_PAD)
-    is_split = splits < NUM_SPLITS
-    dims = tl.arange(0, HEAD_DIM)
-    lse = tl.load(split_lse_ptr + row * NUM_SPLITS + splits, mask=is_split, other=float("-inf"))
-    outputs = tl.load(split_out_ptr + (row * NUM_SPLITS + splits)[:, None] * HEAD_DIM + dims[None, :],
-                      mask=is_split[:, None], other=0.0)
-    weights = tl.exp(lse - tl.max(lse, axis=0))
-    result = tl.sum(outputs * weights[:, None], axis=0) / tl.sum(weights, axis=0)
-    tl.store(out_ptr + row * HEAD_DIM + dims, result)
-
-
-def merge_splits(split_out, split_lse):
-    num_seqs, num_q_heads, num_splits, head_dim = split_out.shape
-    out = torch.empty((num_seqs, num_q_heads, head_dim), dtype=torch.float32, device=split_out.device)
-    merge_splits_kernel[(num_seqs * num_q_heads,)](out, split_out, split_lse, NUM_SPLITS=num_splits,
-                                                   SPLITS_PAD=triton.next_power_of_2(num_splits), HEAD_DIM=head_dim)
-    return out
-
-
+    '04_split_kv/split_kv_decode_attention': '''
 @triton.jit
 def split_kv_kernel(split_out_ptr, split_lse_ptr, q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
                     scale, stride_q_seq, stride_q_head, stride_cache_block, stride_cache_token, stride_cache_head,
                     stride_table_seq, NUM_SPLITS: tl.constexpr, GROUP_SIZE: tl.constexpr, GROUP_PAD: tl.constexpr,
                     HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    """Program (seq, kv_head, split): the group's queries over the split's range of blocks -> (o_s, lse_s)."""
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -74,7 +53,7 @@ def split_kv_kernel(split_out_ptr, split_lse_ptr, q_ptr, k_cache_ptr, v_cache_pt
         acc = acc * rescale[:, None] + tl.sum(probs[:, :, None] * v[None, :, :], axis=1)
         running_max = new_max
 
-    has_tokens = running_sum > 0
+    has_tokens = running_sum > 0                       # False for an empty range
     safe_sum = tl.where(has_tokens, running_sum, 1.0)
     lse = tl.where(has_tokens, running_max + tl.log(safe_sum), float("-inf"))
     split_rows = (seq * num_q_heads + heads) * NUM_SPLITS + split
@@ -84,6 +63,14 @@ def split_kv_kernel(split_out_ptr, split_lse_ptr, q_ptr, k_cache_ptr, v_cache_pt
 
 
 def split_kv_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale, num_splits):
+    """paged_decode_attention with each sequence's blocks split over num_splits programs, then merged.
+
+    Args:
+        q, k_cache, v_cache, block_tables, seq_lens, scale: as in chapter 3's paged_decode_attention.
+        num_splits: int >= 1, programs per (sequence, KV head).
+    Returns:
+        A new Tensor [num_seqs, num_q_heads, head_dim] of q's dtype.
+    """
     num_seqs, num_q_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     group_size = num_q_heads // num_kv_heads
@@ -91,31 +78,20 @@ def split_kv_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale
     split_lse = torch.empty((num_seqs, num_q_heads, num_splits), dtype=torch.float32, device=q.device)
     split_kv_kernel[(num_seqs, num_kv_heads, num_splits)](
         split_out, split_lse, q, k_cache, v_cache, block_tables, seq_lens, scale,
-        num_q_heads * head_dim, head_dim, k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        block_tables.stride(0), NUM_SPLITS=num_splits, GROUP_SIZE=group_size, GROUP_PAD=triton.next_power_of_2(group_size),
+        num_q_heads * head_dim, head_dim, k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
+        NUM_SPLITS=num_splits, GROUP_SIZE=group_size, GROUP_PAD=triton.next_power_of_2(group_size),
         HEAD_DIM=head_dim, BLOCK_SIZE=block_size)
     if num_splits == 1:
         return split_out[:, :, 0].to(q.dtype)   # one split: its normalized output is the answer, no merge needed
     return merge_splits(split_out, split_lse).to(q.dtype)
-
-
-PROGRAMS_PER_SM = 4
-MIN_TOKENS_PER_SPLIT = 256
-MAX_SPLITS = 32
-
-
-def choose_num_splits(num_seqs, num_kv_heads, max_context_len, num_sms):
-    programs = num_seqs * num_kv_heads
-    wanted = -(-PROGRAMS_PER_SM * num_sms // programs)
-    useful = max_context_len // MIN_TOKENS_PER_SPLIT
-    return max(1, min(wanted, useful, MAX_SPLITS))
-
-
+''',
+    '04_split_kv/store_kv': '''
 @triton.jit
 def store_kv_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_ptr, stride_k_token, stride_k_head,
                     stride_v_token, stride_v_head, stride_cache_block, stride_cache_token, stride_cache_head,
                     NUM_KV_HEADS: tl.constexpr, HEADS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
                     BLOCK_SIZE: tl.constexpr):
+    """Program token: copy k[token] and v[token] ([NUM_KV_HEADS, HEAD_DIM]) into slot slot_mapping[token]."""
     token = tl.program_id(0)
     slot = tl.load(slot_mapping_ptr + token)
     if slot >= 0:
@@ -133,6 +109,17 @@ def store_kv_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_ptr, st
 
 
 def store_kv(k, v, k_cache, v_cache, slot_mapping):
+    """Write each token's key and value into its slot of the paged pool, in place.
+
+    Args:
+        k, v: Tensor [num_tokens, num_kv_heads, head_dim] (possibly strided views, last dim contiguous),
+            the caches' dtype.
+        k_cache, v_cache: Tensor [num_blocks, block_size, num_kv_heads, head_dim], same shape and strides.
+        slot_mapping: int64 Tensor [num_tokens]; token i goes to block slot // block_size, offset
+            slot % block_size; -1 means "do not store".
+    Returns:
+        (k_cache, v_cache), the tensors passed in, written in place.
+    """
     num_tokens = k.shape[0]
     _, block_size, num_kv_heads, head_dim = k_cache.shape
     store_kv_kernel[(num_tokens,)](
@@ -143,4 +130,4 @@ def store_kv(k, v, k_cache, v_cache, slot_mapping):
     return k_cache, v_cache
 ''',
 }
-EXPECTED = {'05_into_the_engine': 4}
+EXPECTED = {'04_split_kv': 6, '05_into_the_engine': 4}

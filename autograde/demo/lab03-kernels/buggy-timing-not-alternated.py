@@ -2,7 +2,8 @@
 
 DESCRIPTION = (
     'time_paired times all calls of run_a, then all calls of run_b: every drift of the device lands on '
-    'one side (and the same function runs 20 times in a row). Loses both time_paired cells, expected 9/13'
+    'one side (and the same function runs 20 times in a row). Chapter 4 handed in as the reference (chapter 5 '
+    'imports its kernels), full marks. Loses both time_paired cells, expected 6/10'
 )
 BASE = "solution"
 ANSWERS = {
@@ -40,4 +41,4 @@ def time_paired(run_a, run_b, repeats=20, *, warmup=2, clock=time.perf_counter, 
     return statistics.median(times_a), statistics.median(times_b)
 ''',
 }
-EXPECTED = {'05_into_the_engine': 9}
+EXPECTED = {'04_split_kv': 15, '05_into_the_engine': 6}

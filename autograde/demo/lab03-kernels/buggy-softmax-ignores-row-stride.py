@@ -1,0 +1,40 @@
+"""Demo student: softmax ignores the row stride (01_triton_basics)."""
+
+DESCRIPTION = (
+    'softmax passes num_cols as the row stride of x and of the output instead of x.stride(0) and '
+    'out.stride(0): right for a contiguous x, wrong rows for a view whose rows are further apart. Loses '
+    'both softmax cells, expected 4/9'
+)
+BASE = "solution"
+ANSWERS = {
+    '01_triton_basics/softmax': '''
+@triton.jit
+def softmax_kernel(out_ptr, x_ptr, num_cols, stride_x_row, stride_out_row, BLOCK: tl.constexpr):
+    """Softmax of row tl.program_id(0) of x into the same row of out (math in fp32)."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    in_row = cols < num_cols
+    x = tl.load(x_ptr + row * stride_x_row + cols, mask=in_row, other=float("-inf")).to(tl.float32)
+    shifted = x - tl.max(x, axis=0)
+    numerators = tl.exp(shifted)
+    result = numerators / tl.sum(numerators, axis=0)
+    tl.store(out_ptr + row * stride_out_row + cols, result.to(out_ptr.dtype.element_ty), mask=in_row)
+
+
+def softmax(x):
+    """Softmax of every row of x with softmax_kernel.
+
+    Args:
+        x: Tensor [num_rows, num_cols] (float32 or float16), columns contiguous (x.stride(1) == 1),
+            rows possibly further apart (x.stride(0) >= num_cols).
+    Returns:
+        A new contiguous Tensor [num_rows, num_cols] of x's dtype.
+    """
+    num_rows, num_cols = x.shape
+    out = torch.empty((num_rows, num_cols), dtype=x.dtype, device=x.device)
+    softmax_kernel[(num_rows,)](out, x, num_cols, num_cols, num_cols,
+                                BLOCK=triton.next_power_of_2(num_cols))
+    return out
+''',
+}
+EXPECTED = {'01_triton_basics': 4}
