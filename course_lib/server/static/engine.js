@@ -444,7 +444,7 @@ function handleRouterMessage(message) {
   if (message.type === "router") {
     routerState = { policy: message.policy, urls: message.replica_urls, routes: message.routes.slice() };
     $("router").hidden = false;
-    message.replica_urls.forEach((url, index) => panelFor(index, `Replica ${index} · ${url.replace("http://", "")}`));
+    message.replica_urls.forEach((url, index) => panelFor(index, `Replica ${index} · ${new URL(url).host}`));
     drawRoutes();
   } else if (message.type === "route") {
     routerState.routes.push(message);
