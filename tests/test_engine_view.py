@@ -442,3 +442,37 @@ def test_a_router_merges_its_replicas_views_with_its_decisions():
     assert finishes == {(0, "route-0"), (1, "route-1")}         # each replica's view names the router's id
     assert info["router"]["policy"] == "round-robin" and len(info["replicas"]) == 2 and info["model"] == "tiny"
     assert state["kv_blocks_total"] == 64 and len(state["replicas"]) == 2
+
+
+def test_a_server_started_with_int8_weights_and_drafts_says_so_and_counts_its_drafts():
+    from course_lib.server.__main__ import build_parser
+    from course_lib.server.serve import build_server
+
+    args = build_parser().parse_args(["--port", "0", "--model", "tiny", "--num-blocks", "32", "--quantize", "int8",
+                                      "--speculative", "ngram", "--num-draft-tokens", "3"])
+    args.port = None
+    server = build_server(args)
+    try:
+        info = httpx.get(f"{server.url}/server_info").json()
+        assert info["quantization"] == "int8"
+        assert info["engine"]["speculative"] == {"method": "ngram", "num_draft_tokens": 3}
+        repeated = "one two three four " * 8   # prompt lookup finds drafts in a repetitive prompt
+        answer = httpx.post(f"{server.url}/v1/completions", json={"prompt": repeated, "max_tokens": 24,
+                                                                   "temperature": 0, "ignore_eos": True}, timeout=60)
+        assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 24
+        frame = server.backend.snapshot().result(10)["frame"]
+        assert frame["totals"]["generated_tokens"] == 24 and frame["totals"]["drafted_tokens"] >= 0
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--replicas", "0"], "--replicas must be >= 1"),
+    (["--max-num-seqs", "8", "--max-num-batched-tokens", "4"], "--max-num-batched-tokens (4) must be >= --max-num-seqs"),
+    (["--num-blocks", "0"], "--num-blocks must be >= 1"),
+])
+def test_course_serve_names_the_bad_option(options, message, capsys):
+    from course_lib import cli
+
+    assert cli.main(["serve", *options]) == 2
+    assert message in capsys.readouterr().err

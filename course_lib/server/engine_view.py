@@ -201,8 +201,9 @@ def snapshot(engine, *, tags: dict | None = None, step_s: float | None = None, r
     a request is ``{"id", "tag", "state", "prompt", "computed", "output", "max_tokens", "cached",
     "preemptions", "blocks", "chunk": [start, num_tokens, num_drafts] | None}`` and ``state`` is
     "prefill", "decode", "recompute" (a preempted request catching up past its prompt), "stalled"
-    (running, given no tokens this step), "waiting" or "preempted". ``pool`` is described in
-    ``_pool``.
+    (running, given no tokens this step), "waiting" or "preempted"; ``cached`` counts prefix-cache
+    hits over all of the request's admissions (``Request.num_cached_tokens``). ``pool`` is
+    described in ``_pool``.
     """
     tags = tags or {}
     scheduler, allocator, stats = engine.scheduler, engine.allocator, engine.stats

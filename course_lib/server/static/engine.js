@@ -13,8 +13,9 @@ const WINDOW_S = 60;
 const MAX_LOG = 50;
 const MAX_ROUTES = 50;
 // Distinct colours for requests (a request keeps its colour across frames: it comes from its id).
-const PALETTE = ["#2f7ebf", "#d9822b", "#3a9a5b", "#c0392b", "#7d5ba6", "#8c6d31", "#d35fa0", "#4d8f98",
-  "#a3a12b", "#5a6fd6", "#b5651d", "#2e8b57"];
+// Consecutive ids get 12 different colours (id * 7 mod 12 runs through all of them).
+const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22",
+  "#17becf", "#393b79", "#a55194", "#637939"];
 const FREE = "#e6e9ed";
 const CACHED_EDGE = "#7d5ba6";
 
@@ -220,7 +221,9 @@ class EnginePanel {
     return el("table", {},
       el("caption", { class: "visually-hidden", text: "Running requests and what each ran this step" }),
       el("thead", {}, el("tr", {}, ...["Request", "State", "Progress", "This step"].map((t) => el("th", { scope: "col", text: t })),
-        el("th", { scope: "col", class: "num", title: "prompt tokens found in the prefix cache", text: "Cached" }),
+        el("th", { scope: "col", class: "num", text: "Cache hits",
+          title: "tokens found in the prefix cache, over all of the request's admissions (a preempted request " +
+            "looks again when it comes back, and often finds the blocks it computed itself)" }),
         el("th", { scope: "col", class: "num", text: "Blocks" }))),
       el("tbody", {}, rows));
   }
@@ -249,7 +252,8 @@ class EnginePanel {
     const canvas = this.part("pool");
     const width = Math.max(canvas.clientWidth, 200);
     const n = pool.num_blocks;
-    const cell = Math.max(4, Math.min(18, Math.floor(Math.sqrt((width * 280) / n))));
+    // Big cells for a small pool, down to 4 pixels so that thousands of blocks fit in about 280 pixels.
+    const cell = Math.max(4, Math.min(28, Math.floor(Math.sqrt((width * 280) / n))));
     const columns = Math.max(1, Math.floor(width / cell));
     const rows = Math.ceil(n / columns);
     const ratio = window.devicePixelRatio || 1;
@@ -278,13 +282,18 @@ class EnginePanel {
         if (cached.has(block)) {
           cachedUsed += 1;
           ctx.fillStyle = "#fff";
-          ctx.fillRect(x + 1, y + 1, Math.max(2, size / 3), Math.max(2, size / 3));
+          ctx.fillRect(x + 1, y + 1, Math.max(2, size / 4), Math.max(2, size / 4));
         }
         if (shared.has(block)) {
           ctx.strokeStyle = "#111";
           ctx.lineWidth = 2;
           ctx.strokeRect(x + 1, y + 1, size - 2, size - 2);
-          if (cell >= 12) { ctx.fillStyle = "#fff"; ctx.fillText(String(shared.get(block)), x + size / 2, y + size / 2 + 1); }
+          if (cell >= 12) {
+            ctx.fillStyle = "#111";
+            ctx.fillRect(x + size / 2 - cell / 4, y + size / 2 - cell / 4, cell / 2, cell / 2);
+            ctx.fillStyle = "#fff";
+            ctx.fillText(String(shared.get(block)), x + size / 2, y + size / 2 + 1);
+          }
         }
       } else {
         ctx.fillStyle = FREE;
@@ -367,7 +376,7 @@ function chart(canvas, now, series, unit) {
   const ctx = canvas.getContext("2d");
   ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
   ctx.clearRect(0, 0, width, height);
-  const left = 34, bottom = height - 14, top = 6, right = width - 4;
+  const left = 44, bottom = height - 14, top = 6, right = width - 4;
   let max = 0;
   for (const s of series) for (const [, v] of s.points) max = Math.max(max, v);
   max = max > 0 ? niceCeiling(max) : 1;
