@@ -7,7 +7,8 @@ answers gibberish in milliseconds, which is all a test of the pages needs. One b
 - types a question and sees the answer stream in piece by piece, with its TTFT/TPOT line;
 - asks twice at temperature 0 with a fixed seed and gets the same answer (the second time with
   prompt tokens from the prefix cache);
-- sends a prompt longer than the context and reads the 400's reason on the page;
+- sends a prompt longer than the context and reads the 400's reason on the page, and meets a 429
+  with its Retry-After counted down to a retry button;
 - opens the engine view while ``course loadtest`` runs and sees the queues and the block grid
   change between two screenshots (and a preemption);
 - looks at both pages at 200% zoom (one column, nothing cut off) and checks every control has a label;
@@ -206,6 +207,33 @@ def test_a_prompt_longer_than_the_context_shows_the_servers_reason(served, open_
     assert page.locator("#message").input_value() == too_long           # the text is back, to be shortened
     log.check(served, expected_console_errors=1)                        # Chromium logs the 400 response itself
     assert "400" in log.console_errors[0]
+
+
+def test_a_429_says_when_to_retry_and_counts_down_to_a_retry_button(open_page):
+    from course_lib.server.admission import AdmissionLimits, admission_policy
+    from course_lib.server.launch import start_server
+    from course_lib.server.models import tiny_random_model
+
+    model, tokenizer = tiny_random_model()
+    full = AdmissionLimits(max_waiting=0, kv_budget_blocks=32, retry_after_s=2)   # the queue is always full
+    with start_server(model, tokenizer, model_name="tiny", num_blocks=32, admission=admission_policy,
+                      limits=full) as server:
+        page, log = open_page(server.url + "/")
+        page.locator("#message").fill("Anyone there?")
+        page.locator("#message").press("Enter")
+        alert = page.get_by_role("alert")
+        alert.wait_for()
+        text = alert.inner_text()
+        assert "429 Too Many Requests" in text and "the queue is full" in text and "retry after 2 s" in text, text
+        retry = alert.get_by_role("button")
+        assert retry.is_disabled() and "Retry in" in retry.inner_text()
+        page.wait_for_function("() => !document.querySelector('#alert button').disabled", timeout=10_000)
+        assert retry.inner_text() == "Retry now"
+        retry.click()                                   # sends the same message again: refused again
+        page.wait_for_function("() => document.querySelector('#alert button')?.disabled === true")
+        assert page.locator(".message").count() == 0
+        log.check(server.url, expected_console_errors=2)   # Chromium logs each 429 response itself
+        page.context.close()
 
 
 def test_every_control_has_a_label_and_the_pages_fit_at_200_percent_zoom(served, open_page):
