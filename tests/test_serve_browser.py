@@ -266,7 +266,7 @@ def test_the_engine_view_shows_queues_and_blocks_change_under_load(served, open_
     page.get_by_text("Connected").wait_for()
     panel = page.locator(".panel").first
     panel.locator("canvas").first.wait_for()
-    loadtest = _course("loadtest", served, "--rps", "30", "--duration", "2.5", "--max-tokens", "96",
+    loadtest = _course("loadtest", served, "--rps", "12", "--duration", "2", "--max-tokens", "96",
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # What is drawn (the step number in the panel's heading, the rows of the running table), not only
     # what arrived: the view draws once per animation frame.
