@@ -39,7 +39,7 @@ from course_lib.metrics import RequestMetrics
 from course_lib.model_runner import AttentionBackend, ModelRunner, check_attention_backend
 from course_lib.paged import AllocatorProtocol, BlockAllocator, PagedKVCache
 from course_lib.sampling import SamplingParams, make_generator, sample
-from course_lib.scheduler import Request, RequestStatus, Scheduler, SchedulerConfig, SchedulerProtocol
+from course_lib.scheduler import Request, RequestStatus, Scheduler, SchedulerConfig, SchedulerOutput, SchedulerProtocol
 
 __all__ = ["DEFAULT_KV_CACHE_MEMORY_BYTES", "EngineStats", "LLMEngine", "RequestOutput", "StepOutput"]
 
@@ -199,6 +199,9 @@ class LLMEngine:
         if self.eos_token_id is None:
             self.eos_token_id = config.eos_token_id
         self.stats = EngineStats()
+        self.last_plan: SchedulerOutput | None = None
+        """The plan of the latest step that ran the model (read-only: for monitors such as the server's
+        engine view, which show which chunk of which request ran and who was preempted)."""
         self._live: dict[Any, _LiveRequest] = {}
         self._aborted_outputs: list[StepOutput] = []
         self._request_counter = itertools.count()
@@ -329,6 +332,7 @@ class LLMEngine:
             num_new_tokens += len(output.new_token_ids)
             outputs.append(output)
         self._count(plan, num_new_tokens)
+        self.last_plan = plan
         return outputs
 
     def _count(self, plan, num_new_tokens: int) -> None:

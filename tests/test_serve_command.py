@@ -58,6 +58,11 @@ def test_serve_replicas_behind_a_router_then_loadtest(tmp_path):
         assert plot.stat().st_size > 10_000
         routed = httpx.get(f"{url}/metrics").text
         assert 'course_router_requests_total{replica="0"}' in routed
+        # The router serves the pages too, and describes its replicas to them.
+        assert 'id="messages"' in httpx.get(f"{url}/").text and 'id="replicas"' in httpx.get(f"{url}/engine").text
+        info = httpx.get(f"{url}/server_info").json()
+        assert info["router"]["policy"] == "prefix-aware" and len(info["replicas"]) == 2
+        assert all(replica["engine"]["num_blocks"] == 64 for replica in info["replicas"])
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(60)

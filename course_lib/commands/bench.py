@@ -21,9 +21,10 @@ BENCHMARKS = {
     "kernel": ("paged_attention.py", "the Triton paged-attention decode kernel against its torch reference"),
     "bpe": ("bpe.py", "our BPE tokenizer against Hugging Face tokenizers"),
     "decoding": ("faster_decoding.py", "int8/int4 weights and speculative decoding on SmolLM2 (Lab 0.4)"),
+    "view": ("engine_view.py", "what the live engine view of course serve costs the engine's throughput"),
 }
 
-HELP = "Run a benchmark (engine, kernel, bpe, decoding) and print its table."
+HELP = "Run a benchmark (engine, kernel, bpe, decoding, view) and print its table."
 DESCRIPTION = (
     "Run a benchmark script from the repository's benchmarks/ folder.\n\nbenchmarks:\n"
     + "\n".join(f"  {name:<8} benchmarks/{script:<20} {what}" for name, (script, what) in BENCHMARKS.items())

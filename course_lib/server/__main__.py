@@ -17,6 +17,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-num-seqs", type=int, default=32)
     parser.add_argument("--max-num-batched-tokens", type=int, default=1024)
     parser.add_argument("--no-prefix-caching", action="store_true")
+    parser.add_argument("--quantize", choices=["int8", "int4"], default=None,
+                        help="weight-only quantized linear layers (Lab 0.4; default: the weights as read)")
+    parser.add_argument("--speculative", choices=["ngram", "self"], default=None,
+                        help="speculative decoding: ngram (prompt lookup) or self (an int4 copy drafts); default: off")
+    parser.add_argument("--num-draft-tokens", type=int, default=4, help="tokens drafted per step with --speculative")
     parser.add_argument("--admission", action="store_true",
                         help="admission control with the course's reference policy (--max-waiting, --kv-budget-blocks)")
     parser.add_argument("--max-waiting", type=int, default=32)

@@ -11,6 +11,9 @@ thread owns the engine and everything else talks to it through a queue of comman
 - ``abort(request_id)`` cancels a request (a client that disconnected); the engine frees its blocks.
 - ``state()`` is a snapshot, safe to read from any thread: queue lengths, KV blocks in use, the
   blocks promised to admitted requests, counters. Admission control decides on it.
+- ``monitor`` (``course_lib.server.engine_view.EngineMonitor``) gets every step's events
+  (preemptions, finished requests) and, while a browser watches ``/engine``, a frame of the
+  engine's state; ``snapshot()`` asks the engine thread for one frame at any time.
 
 The thread sleeps on the command queue while the engine is idle, so an idle server costs nothing.
 """
@@ -27,8 +30,9 @@ from dataclasses import dataclass
 
 from course_lib.engine import LLMEngine, StepOutput
 from course_lib.sampling import SamplingParams
+from course_lib.server.engine_view import EngineMonitor, describe_engine, snapshot
 
-__all__ = ["EngineLoop", "LoopState", "RequestTiming"]
+__all__ = ["EngineLoop", "LoopOutput", "LoopState", "RequestTiming"]
 
 OutputCallback = Callable[[StepOutput], None]
 
@@ -44,6 +48,19 @@ class RequestTiming:
     finish_time: float | None = None
     num_output_tokens: int = 0
     running: bool = False
+    tag: str | None = None  # the client's label for the request (the router's request id)
+    num_cached_tokens: int | None = None  # prompt tokens found in the prefix cache, once scheduled
+
+
+@dataclass(frozen=True)
+class LoopOutput(StepOutput):
+    """The last output of a request, with what the loop knows beyond the engine's ``StepOutput``.
+
+    num_cached_tokens: prompt tokens whose KV came from the prefix cache when the request was
+    first scheduled (the ``usage.prompt_tokens_details.cached_tokens`` of the answer).
+    """
+
+    num_cached_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +109,11 @@ class _Reset:
 
 
 @dataclass
+class _Snapshot:
+    done: Future
+
+
+@dataclass
 class _Stop:
     pass
 
@@ -110,13 +132,14 @@ class EngineLoop:
     engine, so a fresh prefix cache and pool, around the same model).
     on_finish: optional ``f(RequestTiming, finish_reason)`` called in the engine thread when a
     request ends (the server's Prometheus histograms). on_step: optional ``f(LoopState)`` after
-    every step.
+    every step. monitor: the ``EngineMonitor`` the engine view subscribes to (a new one if None).
     """
 
     def __init__(self, engine_factory: Callable[[], LLMEngine], *, on_finish: Callable[[RequestTiming, str], None] | None = None,
-                 on_step: Callable[[LoopState], None] | None = None) -> None:
+                 on_step: Callable[[LoopState], None] | None = None, monitor: EngineMonitor | None = None) -> None:
         self._engine_factory = engine_factory
         self.engine = engine_factory()
+        self.monitor = monitor or EngineMonitor()
         self._on_finish = on_finish
         self._on_step = on_step
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
@@ -158,16 +181,17 @@ class EngineLoop:
         return self._thread is not None and self._thread.is_alive()
 
     def submit(self, prompt_token_ids: list[int], params: SamplingParams, on_output: OutputCallback,
-               arrival_time: float | None = None) -> Future:
+               arrival_time: float | None = None, tag: str | None = None) -> Future:
         """Queue a request; returns a Future that resolves to its id once the engine took it.
 
         The Future raises ValueError when the engine refuses the request (it could never fit:
-        longer than the context, or more KV blocks than the pool has).
+        longer than the context, or more KV blocks than the pool has). tag: a label the engine
+        view shows beside the request's id (the router's id for it).
         """
         if not self.is_alive:
             raise RuntimeError("the engine loop is not running" + (f" (it failed: {self._failure!r})" if self._failure else ""))
         request_id = f"req-{next(self._ids)}"
-        timing = RequestTiming(arrival_time or time.perf_counter(), len(prompt_token_ids), params.max_tokens)
+        timing = RequestTiming(arrival_time or time.perf_counter(), len(prompt_token_ids), params.max_tokens, tag=tag)
         accepted: Future = Future()
         with self._lock:
             self._timings[request_id] = timing
@@ -183,6 +207,20 @@ class EngineLoop:
         done: Future = Future()
         self._commands.put(_Reset(done))
         done.result(timeout)
+
+    def snapshot(self) -> Future:
+        """A Future of ``{"frame", "history"}``: a frame of the engine now (``engine_view.snapshot``),
+        built in the engine thread between two steps, and the monitor's last minute of history."""
+        done: Future = Future()
+        if not self.is_alive:
+            done.set_exception(RuntimeError("the engine loop is not running"))
+            return done
+        self._commands.put(_Snapshot(done))
+        return done
+
+    def describe(self) -> dict:
+        """The engine's configuration (block size, pool, budget, speculative decoding, device, ...)."""
+        return describe_engine(self.engine)
 
     def state(self) -> LoopState:
         """A consistent snapshot of queues, blocks and counters (see ``LoopState``)."""
@@ -244,6 +282,8 @@ class EngineLoop:
                     self.engine.abort(command.request_id)
             elif isinstance(command, _Reset):
                 self._reset(command)
+            elif isinstance(command, _Snapshot):
+                self._snapshot(command)
 
     def _add(self, command: _Submit) -> None:
         try:
@@ -265,24 +305,72 @@ class EngineLoop:
         self._counters = _Counters()
         command.done.set_result(None)
 
+    def _snapshot(self, command: _Snapshot) -> None:
+        with self._lock:
+            tags = {request_id: timing.tag for request_id, timing in self._timings.items() if timing.tag}
+        try:
+            frame = snapshot(self.engine, tags=tags, ran=False)
+        except Exception as error:  # noqa: BLE001 - a frame is for viewing: never let it stop the engine
+            command.done.set_exception(error)
+            return
+        command.done.set_result({"frame": frame, "history": self.monitor.history()})
+
     def _step(self) -> None:
         stats = self.engine.stats
-        before = (stats.num_preemptions, stats.num_prefix_cached_tokens)
+        before = (stats.num_preemptions, stats.num_prefix_cached_tokens, stats.num_steps)
+        start = time.perf_counter()
         outputs = self.engine.step()
+        now = time.perf_counter()
         stats = self.engine.stats
         self._counters.num_preemptions += stats.num_preemptions - before[0]
         self._counters.num_prefix_cached_tokens += stats.num_prefix_cached_tokens - before[1]
-        now = time.perf_counter()
+        ran = stats.num_steps != before[2]
+        plan = getattr(self.engine, "last_plan", None) if ran else None
         running_ids = {request.request_id for request in getattr(self.engine.scheduler, "running", [])}
         with self._lock:
             for request_id, timing in self._timings.items():
                 timing.running = request_id in running_ids or timing.first_token_time is not None
+            if plan is not None:
+                for chunk in plan.chunks:  # the step that first scheduled a request knows its prefix-cache hits
+                    timing = self._timings.get(chunk.request.request_id)
+                    if timing is not None and timing.num_cached_tokens is None:
+                        timing.num_cached_tokens = chunk.request.num_cached_tokens
+        events = self._preemption_events(plan)
         for output in outputs:
-            self._deliver(output, now)
+            finished = self._deliver(output, now)
+            if finished is not None:
+                events.append(finished)
+        self._publish(events, start, now, ran)
         if self._on_step is not None:
             self._on_step(self.state())
 
-    def _deliver(self, output: StepOutput, now: float) -> None:
+    def _preemption_events(self, plan) -> list[dict]:
+        if plan is None or not plan.preempted:
+            return []
+        wall = round(time.time(), 3)
+        with self._lock:
+            tags = {r.request_id: getattr(self._timings.get(r.request_id), "tag", None) for r in plan.preempted}
+        return [{"kind": "preempt", "time": wall, "step": self.engine.stats.num_steps, "id": str(r.request_id),
+                 "tag": tags[r.request_id], "tokens": r.num_tokens} for r in plan.preempted]
+
+    def _publish(self, events: list[dict], start: float, now: float, ran: bool) -> None:
+        """Hand the step's events, and a frame when a viewer wants one, to the engine view."""
+        monitor = self.monitor
+        frame = None
+        if monitor.wants_frame(now, going_idle=not self.engine.has_unfinished()):
+            with self._lock:
+                tags = {request_id: timing.tag for request_id, timing in self._timings.items() if timing.tag}
+            try:
+                frame = monitor.timed_snapshot(lambda: snapshot(self.engine, tags=tags, step_s=now - start, ran=ran))
+            except Exception:  # noqa: BLE001 - a student's scheduler may lack what a frame reads: skip the frame
+                frame = None
+        scheduler, allocator = self.engine.scheduler, self.engine.allocator
+        monitor.publish(events, frame, now=now, num_waiting=len(getattr(scheduler, "waiting", ())),
+                        num_running=len(getattr(scheduler, "running", ())),
+                        kv_blocks_used=allocator.num_blocks - allocator.num_free_blocks)
+
+    def _deliver(self, output: StepOutput, now: float) -> dict | None:
+        """Hand one output to its client; returns the engine view's "finish" event when it ended."""
         callback = self._callbacks.get(output.request_id)
         with self._lock:
             timing = self._timings.get(output.request_id)
@@ -292,14 +380,18 @@ class EngineLoop:
                 timing.num_output_tokens += len(output.new_token_ids)
             if output.finished:
                 self._timings.pop(output.request_id, None)
+        event = None
         if output.finished:
             self._callbacks.pop(output.request_id, None)
             if timing is not None:
                 timing.finish_time = now
                 if self._on_finish is not None:
                     self._on_finish(timing, output.finish_reason or "abort")
+                event = _finish_event(output, timing)
+                output = LoopOutput(**output.__dict__, num_cached_tokens=timing.num_cached_tokens)
         if callback is not None:
             callback(output)
+        return event
 
     def _abort_all(self) -> None:
         """The loop is ending: tell every client its request is over."""
@@ -308,3 +400,16 @@ class EngineLoop:
         self._callbacks.clear()
         with self._lock:
             self._timings.clear()
+
+
+def _finish_event(output: StepOutput, timing: RequestTiming) -> dict:
+    """The engine view's record of a finished request: its server-side TTFT, TPOT and end-to-end time."""
+    ttft = tpot = None
+    if timing.first_token_time is not None:
+        ttft = round(timing.first_token_time - timing.arrival_time, 4)
+        if timing.num_output_tokens >= 2:
+            tpot = round((timing.finish_time - timing.first_token_time) / (timing.num_output_tokens - 1), 5)
+    return {"kind": "finish", "time": round(time.time(), 3), "id": str(output.request_id), "tag": timing.tag,
+            "reason": output.finish_reason or "abort", "ttft": ttft, "tpot": tpot,
+            "e2e": round(timing.finish_time - timing.arrival_time, 4), "tokens": timing.num_output_tokens,
+            "prompt": timing.num_prompt_tokens, "cached": timing.num_cached_tokens}

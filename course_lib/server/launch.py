@@ -138,11 +138,12 @@ class ServerThread:
 
 def start_server(model, tokenizer, *, model_name: str = "SmolLM2-135M-Instruct", admission=None, limits=None,
                  max_pending: int | None = None, port: int | None = None, host: str = LOOPBACK,
-                 **engine_options) -> ServerThread:
+                 server_info: dict | None = None, **engine_options) -> ServerThread:
     """Serve ``model`` over HTTP from this process; returns the running ``ServerThread``.
 
-    engine_options go to ``LLMEngine`` (num_blocks, max_num_seqs, max_num_batched_tokens, ...).
-    admission / limits: see ``course_lib.server.admission`` (None: admit up to ``max_pending``).
+    engine_options go to ``LLMEngine`` (num_blocks, max_num_seqs, max_num_batched_tokens,
+    speculative, ...). admission / limits: see ``course_lib.server.admission`` (None: admit up to
+    ``max_pending``). server_info: more facts for ``GET /server_info`` (say the quantization).
     """
     from course_lib.engine import LLMEngine
     from course_lib.server.app import DEFAULT_MAX_PENDING, build_app
@@ -154,7 +155,7 @@ def start_server(model, tokenizer, *, model_name: str = "SmolLM2-135M-Instruct",
                       on_finish=lambda timing, reason: holder["metrics"].observe_finished(timing, reason))
     holder["metrics"] = ServerMetrics(loop.state)
     app = build_app(loop, model_name=model_name, admission=admission, limits=limits,
-                    max_pending=max_pending or DEFAULT_MAX_PENDING, metrics=holder["metrics"])
+                    max_pending=max_pending or DEFAULT_MAX_PENDING, metrics=holder["metrics"], server_info=server_info)
     loop.start()
     try:
         return ServerThread(app, backend=loop, host=host, port=port).start()

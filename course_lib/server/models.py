@@ -25,14 +25,24 @@ def tiny_random_model(tokenizer=None, *, seed: int = 0, max_position_embeddings:
     return LlamaModel(config, random_weights(config, seed=seed)).eval(), tokenizer
 
 
-def load_named_model(name: str):
-    """(model, tokenizer, served model name) for ``name`` in MODEL_NAMES."""
+def load_named_model(name: str, quantize: str | None = None):
+    """(model, tokenizer, served model name) for ``name`` in MODEL_NAMES.
+
+    quantize: None, "int8" or "int4": weight-only quantized linear layers
+    (``course_lib.quantization.quantize_model``, Lab 0.4).
+    """
     if name not in MODEL_NAMES:
         raise ValueError(f"model must be one of {sorted(MODEL_NAMES)}, got {name!r}")
+    if quantize not in (None, "int8", "int4"):
+        raise ValueError(f"quantize must be None, 'int8' or 'int4', got {quantize!r}")
     if name == "tiny":
         model, tokenizer = tiny_random_model()
+        if quantize is not None:
+            from course_lib.quantization import quantize_model
+
+            model = quantize_model(model, quantize)
     else:
         from course_lib.model import load_smollm2
 
-        model, tokenizer = load_smollm2()
+        model, tokenizer = load_smollm2(quantize=quantize)
     return model, tokenizer, MODEL_NAMES[name]

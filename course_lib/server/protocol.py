@@ -11,7 +11,8 @@ Two endpoints generate text:
 With ``"stream": true`` the answer is a stream of server-sent events (SSE): lines
 ``data: {json}`` separated by blank lines, one event per new piece of text, then a final event
 with ``finish_reason``, optionally one with ``usage`` (``"stream_options": {"include_usage": true}``),
-and ``data: [DONE]``. A streamed chat answer opens with an event that carries only the role.
+and ``data: [DONE]``. ``usage.prompt_tokens_details.cached_tokens`` (OpenAI's field) says how many
+prompt tokens the prefix cache held. A streamed chat answer opens with an event that carries only the role.
 
 Sampling fields: ``temperature``, ``top_p``, ``max_tokens`` (chat also ``max_completion_tokens``),
 ``stop``, ``seed``, ``n`` (only 1), and the extensions ``top_k``, ``min_p``, ``ignore_eos``
@@ -171,9 +172,13 @@ def parse_chat_request(body: Any, served_model: str, tokenizer) -> GenerationReq
                              f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()))
 
 
-def usage(num_prompt_tokens: int, num_completion_tokens: int) -> dict:
-    return {"prompt_tokens": num_prompt_tokens, "completion_tokens": num_completion_tokens,
-            "total_tokens": num_prompt_tokens + num_completion_tokens}
+def usage(num_prompt_tokens: int, num_completion_tokens: int, num_cached_tokens: int | None = None) -> dict:
+    """OpenAI's usage object; with ``num_cached_tokens``, ``prompt_tokens_details.cached_tokens`` too."""
+    counts = {"prompt_tokens": num_prompt_tokens, "completion_tokens": num_completion_tokens,
+              "total_tokens": num_prompt_tokens + num_completion_tokens}
+    if num_cached_tokens is not None:
+        counts["prompt_tokens_details"] = {"cached_tokens": min(num_cached_tokens, num_prompt_tokens)}
+    return counts
 
 
 def _finish_reason(reason: str | None) -> str | None:
@@ -181,10 +186,11 @@ def _finish_reason(reason: str | None) -> str | None:
     return None if reason is None else ("length" if reason == "length" else "stop")
 
 
-def completion_body(request: GenerationRequest, text: str, finish_reason: str, num_completion_tokens: int) -> dict:
+def completion_body(request: GenerationRequest, text: str, finish_reason: str, num_completion_tokens: int,
+                    num_cached_tokens: int | None = None) -> dict:
     """The whole (non-streamed) answer."""
     base = {"id": request.response_id, "created": request.created, "model": request.model}
-    use = usage(len(request.prompt_token_ids), num_completion_tokens)
+    use = usage(len(request.prompt_token_ids), num_completion_tokens, num_cached_tokens)
     if request.kind == "chat":
         choice = {"index": 0, "message": {"role": "assistant", "content": text},
                   "finish_reason": _finish_reason(finish_reason), "logprobs": None}
@@ -207,11 +213,11 @@ def chat_chunk(request: GenerationRequest, delta: dict, finish_reason: str | Non
             "model": request.model, "choices": [choice]}
 
 
-def usage_chunk(request: GenerationRequest, num_completion_tokens: int) -> dict:
+def usage_chunk(request: GenerationRequest, num_completion_tokens: int, num_cached_tokens: int | None = None) -> dict:
     """The last event when the client asked for ``stream_options.include_usage``: no choices, the usage."""
     kind = "chat.completion.chunk" if request.kind == "chat" else "text_completion"
     return {"id": request.response_id, "object": kind, "created": request.created, "model": request.model,
-            "choices": [], "usage": usage(len(request.prompt_token_ids), num_completion_tokens)}
+            "choices": [], "usage": usage(len(request.prompt_token_ids), num_completion_tokens, num_cached_tokens)}
 
 
 def sse_event(data: dict | str) -> bytes:

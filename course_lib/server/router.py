@@ -8,11 +8,21 @@ passed through chunk by chunk, a refusal (429 with its Retry-After) is passed ba
 
 ``GET /metrics`` shows the router's own counters (requests routed per replica, in flight per
 replica); each replica keeps its own ``/metrics`` (prefix-cache hits, latencies).
+
+The router serves the same pages as one server: the chat page at ``/`` and the engine view at
+``/engine``. Its ``GET /engine/stream`` merges the engine views of every replica (each message
+tagged with its replica) with the router's own decisions: every request gets a router id
+(``route-N``, passed to the replica as ``X-Request-Id``, so the replica's view shows it beside its
+own id), the replica chosen and the requests each replica had in flight at that moment.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
+import time
+from collections import deque
 from collections.abc import Sequence
 
 import httpx
@@ -21,11 +31,17 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics, generate_latest
 from starlette.concurrency import run_in_threadpool
 
+from course_lib.server.app import KEEPALIVE_S, MAX_ENGINE_VIEWERS, add_pages, sse_response
 from course_lib.server.protocol import ApiError, error_body
 
 __all__ = ["build_router_app", "start_router"]
 
 disable_created_metrics()
+
+ROUTE_HISTORY = 200
+"""Routing decisions a new engine view receives at once (the most recent ones)."""
+VIEW_QUEUE = 256
+"""Messages waiting for one slow engine view before the oldest are dropped."""
 
 
 def _prompt_token_ids(path: str, body: dict, tokenizer) -> list[int]:
@@ -45,12 +61,20 @@ def _prompt_token_ids(path: str, body: dict, tokenizer) -> list[int]:
     raise ApiError(400, "'prompt' must be a string or a list of token ids", param="prompt")
 
 
-def build_router_app(replica_urls: Sequence[str], policy, tokenizer) -> FastAPI:
-    """A FastAPI app that forwards generation requests to ``replica_urls`` as ``policy`` chooses."""
+def build_router_app(replica_urls: Sequence[str], policy, tokenizer, *, policy_name: str | None = None) -> FastAPI:
+    """A FastAPI app that forwards generation requests to ``replica_urls`` as ``policy`` chooses.
+
+    policy_name: what the pages call the policy (default: its class name).
+    """
     replicas = list(replica_urls)
     if not replicas:
         raise ValueError("replica_urls is empty")
+    policy_name = policy_name or type(policy).__name__
     app = FastAPI(title="course_lib router", docs_url=None, redoc_url=None)
+    add_pages(app)
+    route_ids = itertools.count()
+    route_log: deque[dict] = deque(maxlen=ROUTE_HISTORY)
+    viewers: set[asyncio.Queue] = set()
     registry = CollectorRegistry()
     routed = Counter("course_router_requests", "Requests routed, by replica.", ["replica"], registry=registry)
     in_flight = Gauge("course_router_outstanding", "Requests in flight, by replica.", ["replica"], registry=registry)
@@ -86,6 +110,79 @@ def build_router_app(replica_urls: Sequence[str], policy, tokenizer) -> FastAPI:
     async def metrics():
         return Response(generate_latest(registry), media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    async def each_replica(path: str) -> list[dict | None]:
+        async def one(url: str):
+            try:
+                response = await client().get(f"{url}{path}", timeout=5.0)
+                return response.json() if response.status_code == 200 else None
+            except (httpx.HTTPError, ValueError):
+                return None
+        return list(await asyncio.gather(*(one(url) for url in replicas)))
+
+    @app.get("/server_info")
+    async def server_info():
+        infos = await each_replica("/server_info")
+        first = next((info for info in infos if info), {}) or {}
+        return {**first, "replicas": infos,
+                "router": {"policy": policy_name, "replica_urls": replicas, "outstanding": list(outstanding),
+                           "routed": list(app.state.routed)}}
+
+    @app.get("/engine/state")
+    async def engine_state():
+        states = await each_replica("/engine/state")
+        alive = [s for s in states if s]
+        return {"num_waiting": sum(s["num_waiting"] for s in alive), "num_running": sum(s["num_running"] for s in alive),
+                "kv_blocks_used": sum(s["kv_blocks_used"] for s in alive),
+                "kv_blocks_total": sum(s["kv_blocks_total"] for s in alive),
+                "alive": len(alive) == len(replicas), "replicas": states}
+
+    def tell_viewers(message: dict) -> None:
+        data = ("data: " + json.dumps(message, separators=(",", ":")) + "\n\n").encode()
+        for queue in viewers:
+            _put_dropping_oldest(queue, data)
+
+    @app.get("/engine/stream")
+    async def engine_stream():
+        if len(viewers) >= MAX_ENGINE_VIEWERS:
+            raise ApiError(429, f"{MAX_ENGINE_VIEWERS} engine views are open already; close one",
+                           headers={"Retry-After": "5"})
+        queue: asyncio.Queue = asyncio.Queue(maxsize=VIEW_QUEUE)
+        viewers.add(queue)
+        return sse_response(merged_view(queue))
+
+    async def merged_view(queue: asyncio.Queue):
+        relays = [asyncio.create_task(relay(index, url, queue)) for index, url in enumerate(replicas)]
+        try:
+            yield ("data: " + json.dumps({"type": "router", "policy": policy_name, "replica_urls": replicas,
+                                          "outstanding": list(outstanding), "routes": list(route_log)},
+                                         separators=(",", ":")) + "\n\n").encode()
+            while True:
+                try:
+                    yield await asyncio.wait_for(queue.get(), timeout=KEEPALIVE_S)
+                except asyncio.TimeoutError:
+                    yield b": keep-alive\n\n"
+        finally:
+            viewers.discard(queue)
+            for task in relays:
+                task.cancel()
+
+    async def relay(index: int, url: str, queue: asyncio.Queue) -> None:
+        """Pass replica ``index``'s engine view into ``queue``, each message wrapped with its index."""
+        prefix = '{"type":"replica","replica":%d,"message":' % index
+        while True:
+            try:
+                async with client().stream("GET", f"{url}/engine/stream",
+                                           timeout=httpx.Timeout(None, connect=5.0)) as response:
+                    if response.status_code != 200:
+                        raise httpx.HTTPError(f"HTTP {response.status_code}")
+                    async for line in response.aiter_lines():
+                        if line.startswith("data: "):
+                            _put_dropping_oldest(queue, f"data: {prefix}{line[6:]}}}\n\n".encode())
+            except httpx.HTTPError as error:
+                message = {"type": "replica-down", "replica": index, "error": str(error) or type(error).__name__}
+                _put_dropping_oldest(queue, ("data: " + json.dumps(message) + "\n\n").encode())
+            await asyncio.sleep(2.0)  # the replica closed the stream or is down: try again
+
     async def choose(token_ids: list[int]) -> int:
         async with choose_lock:  # one decision at a time, each seeing the counts the previous left
             try:
@@ -105,6 +202,20 @@ def build_router_app(replica_urls: Sequence[str], policy, tokenizer) -> FastAPI:
         outstanding[replica] -= 1
         in_flight.labels(replica=str(replica)).set(outstanding[replica])
 
+    def routed_event(route_id: str, replica: int, num_prompt_tokens: int) -> dict:
+        """Record one decision for the engine view: the replica chosen and everyone's load after it."""
+        event = {"type": "route", "id": route_id, "replica": replica, "outstanding": list(outstanding),
+                 "prompt_tokens": num_prompt_tokens, "time": round(time.time(), 3), "status": None}
+        route_log.append(event)
+        tell_viewers(event)
+        return event
+
+    def finished_event(event: dict, status: int) -> None:
+        event["status"] = status
+        event["seconds"] = round(time.time() - event["time"], 3)
+        tell_viewers({"type": "route-done", "id": event["id"], "replica": event["replica"], "status": status,
+                      "seconds": event["seconds"], "outstanding": list(outstanding)})
+
     async def forward(request: Request, path: str):
         try:
             body = await request.json()
@@ -114,20 +225,26 @@ def build_router_app(replica_urls: Sequence[str], policy, tokenizer) -> FastAPI:
             raise ApiError(400, "the request body must be a JSON object")
         token_ids = _prompt_token_ids(path, body, tokenizer)
         replica = await choose(token_ids)
-        upstream = client().build_request("POST", f"{replicas[replica]}{path}", json=body)
+        route_id = f"route-{next(route_ids)}"
+        event = routed_event(route_id, replica, len(token_ids))
+        upstream = client().build_request("POST", f"{replicas[replica]}{path}", json=body,
+                                          headers={"x-request-id": route_id})
         try:
             response = await client().send(upstream, stream=True)
         except httpx.HTTPError as error:
             release(replica)
+            finished_event(event, 502)
             raise ApiError(502, f"replica {replica} did not answer: {error}") from None
         headers = {k: v for k, v in response.headers.items() if k.lower() in ("retry-after", "content-type")}
         headers["x-course-replica"] = str(replica)
+        headers["x-request-id"] = route_id
         if not body.get("stream") or response.status_code != 200:
             try:
                 content = await response.aread()
             finally:
                 await response.aclose()
                 release(replica)
+                finished_event(event, response.status_code)
             return Response(content, status_code=response.status_code, headers=headers)
 
         async def relay():
@@ -137,6 +254,7 @@ def build_router_app(replica_urls: Sequence[str], policy, tokenizer) -> FastAPI:
             finally:  # the stream ended, or our client went away: close upstream (the replica aborts)
                 await response.aclose()
                 release(replica)
+                finished_event(event, response.status_code)
 
         return StreamingResponse(relay(), status_code=200, headers=headers)
 
@@ -151,9 +269,20 @@ def build_router_app(replica_urls: Sequence[str], policy, tokenizer) -> FastAPI:
     return app
 
 
-def start_router(replica_urls: Sequence[str], policy, tokenizer, *, port: int | None = None, host: str | None = None):
+def start_router(replica_urls: Sequence[str], policy, tokenizer, *, port: int | None = None, host: str | None = None,
+                 policy_name: str | None = None):
     """Serve a router in a thread of this process; returns the running ``ServerThread``."""
     from course_lib.server.launch import LOOPBACK, ServerThread
 
-    app = build_router_app(replica_urls, policy, tokenizer)
+    app = build_router_app(replica_urls, policy, tokenizer, policy_name=policy_name)
     return ServerThread(app, host=host or LOOPBACK, port=port).start()
+
+
+def _put_dropping_oldest(queue: asyncio.Queue, message: bytes) -> None:
+    """Queue ``message`` for a viewer; a full queue (a slow viewer) loses its oldest message instead."""
+    if queue.full():
+        try:
+            queue.get_nowait()
+        except asyncio.QueueEmpty:
+            pass
+    queue.put_nowait(message)

@@ -16,10 +16,15 @@ def build_server(args: argparse.Namespace):
     from course_lib.server.launch import start_server
     from course_lib.server.models import load_named_model
 
-    model, tokenizer, model_name = load_named_model(args.model)
+    quantize = getattr(args, "quantize", None)
+    model, tokenizer, model_name = load_named_model(args.model, quantize=quantize)
     engine_options = dict(block_size=args.block_size, num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
                           max_num_batched_tokens=args.max_num_batched_tokens,
                           enable_prefix_caching=not args.no_prefix_caching)
+    if getattr(args, "speculative", None):
+        from course_lib.speculative import SpeculativeConfig
+
+        engine_options["speculative"] = SpeculativeConfig(method=args.speculative, num_draft_tokens=args.num_draft_tokens)
     admission, limits = None, None
     if args.admission:
         from course_lib.exercises import is_locked, unlock_hint
@@ -30,7 +35,7 @@ def build_server(args: argparse.Namespace):
 
         admission = admission_policy
     server = start_server(model, tokenizer, model_name=model_name, host=args.host, port=args.port,
-                          admission=admission, **engine_options)
+                          admission=admission, server_info={"quantization": quantize}, **engine_options)
     if args.admission:
         total = server.backend.engine.allocator.num_blocks
         limits = AdmissionLimits(max_waiting=args.max_waiting, kv_budget_blocks=args.kv_budget_blocks or total,
