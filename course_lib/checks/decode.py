@@ -293,10 +293,11 @@ def check_generate(student_generate: Callable, prompt_ids: list[int], max_new_to
     hint = "greedy: the next token is the argmax of the last row of logits; stop after eos or max_new_tokens."
     eos = real_model.config.eos_token_id
     if len(got) > len(expected) and got[:len(expected)] == expected and expected[-1] == eos:
-        hint = (f"the model produced the end-of-sequence token (id {eos}) at index {len(expected) - 1}: generation "
-                "stops right after it (include it in the result), even when fewer than max_new_tokens tokens came. "
-                "Compare each new token with config.eos_token_id.")
-    elif len(got) != len(expected) and got[:len(expected)] == expected[:len(got)]:
+        fail(f"{call}: generated {len(got) - len(expected)} tokens past the end-of-sequence token (id {eos}), "
+             f"which came at index {len(expected) - 1}", expected=expected, got=got,
+             hint="generation stops right after the end-of-sequence token (include it in the result), even when "
+                  "fewer than max_new_tokens tokens came: compare each new token with config.eos_token_id.")
+    if len(got) != len(expected) and got[:len(expected)] == expected[:len(got)]:
         hint = (f"the tokens agree but you returned {len(got)} of them, the reference {len(expected)}: stop after "
                 "max_new_tokens tokens, or right after the eos token (config.eos_token_id, included).")
     fail(f"{call}: generated tokens differ from greedy decoding with the reference first at index {index} "
