@@ -105,8 +105,16 @@ def test_tiled_heads_instead_of_groups_is_named():
 def test_mask_that_hides_the_own_key_is_named():
     student = _replace_in_answer("naive_attention", "key_positions[None, :] <= query_positions",
                                  "key_positions[None, :] < query_positions")
-    with pytest.raises(CheckFailed, match="its own key|NaN"):
+    with pytest.raises(CheckFailed, match="its own key"):
         checks.check_naive_attention(student["naive_attention"], 3, 10, 4, 2, 16)
+    # A full prefill: query 0 then sees no key at all and comes out NaN; the hint is still the mask's.
+    with pytest.raises(CheckFailed, match="only query 0 came out NaN.*its own key") as caught:
+        checks.check_naive_attention(student["naive_attention"], 6, 6, 2, 2, 8)
+    assert "subtract the row maximum" not in str(caught.value)
+    tiled = _replace_in_answer("flash_attention", "torch.arange(k_start, k_end)[None, :] <= query_positions",
+                               "torch.arange(k_start, k_end)[None, :] < query_positions")
+    with pytest.raises(CheckFailed, match="only query 0 came out NaN"):
+        checks.check_flash_attention(tiled["flash_attention"], 8, 8, 2, 2, 4, block_q=4, block_k=4)
 
 
 def test_full_size_mask_in_the_tiled_version_fails_the_memory_check():

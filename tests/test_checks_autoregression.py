@@ -123,6 +123,25 @@ def test_flop_mistakes_get_their_hints():
     assert "must return an int" in _failure(checks.check_generation_flops, float_count, TINY, 10, 3, 4, True)
 
 
+def test_counting_pass_one_as_a_decode_step_gets_its_own_hint(reference):
+    def every_pass_one_token(config, num_parameters, prompt_len, new_tokens, use_cache):
+        per_key = 4 * config.num_layers * config.num_q_heads * config.head_dim
+        if not use_cache:
+            return reference["generation_flops"](config, num_parameters, prompt_len, new_tokens, use_cache)
+        return sum(2 * num_parameters + per_key * (prompt_len + k - 1) for k in range(1, new_tokens + 1))
+
+    message = _failure(checks.check_generation_flops, every_pass_one_token, TINY, 1_000, 2, 2, True)
+    assert "pass 1 is the prefill" in message and "n - 1" not in message
+
+    def decode_without_its_own_key(config, num_parameters, prompt_len, new_tokens, use_cache):
+        right = reference["generation_flops"](config, num_parameters, prompt_len, new_tokens, use_cache)
+        per_key = 4 * config.num_layers * config.num_q_heads * config.head_dim
+        return right - per_key * (new_tokens - 1) if use_cache else right
+
+    assert "own key included" in _failure(checks.check_generation_flops, decode_without_its_own_key, TINY, 1_000, 2, 3,
+                                          True)
+
+
 # ---------------------------------------------------------------------------------------------
 # fastest
 # ---------------------------------------------------------------------------------------------
@@ -213,6 +232,15 @@ def test_a_decode_step_that_is_a_prefill_is_rejected():
     message = _failure(checks.check_time_step, buggy["time_step"], 12, True, repeats=2, model="tiny")
     assert "other calls than the step to time" in message and "cache.next_positions(1)" in message
     checks.check_time_step(buggy["time_step"], 12, False, repeats=2, model="tiny")   # the uncached path is right
+
+
+def test_reading_the_dtype_of_the_lent_model_gets_a_hint(reference):
+    def copies_section_four(model, config, token_ids, use_cache, repeats=3):
+        KVCache(config, len(token_ids) + repeats, dtype=model.dtype)
+        return reference["time_step"](model, config, token_ids, use_cache, repeats)
+
+    message = _failure(checks.check_time_step, copies_section_four, 8, True, repeats=2, model="tiny")
+    assert "AttributeError" in message and "read what you need from config" in message
 
 
 def test_a_made_up_time_without_the_model_is_rejected():

@@ -231,6 +231,11 @@ def test_plain_inputs_for_the_recorded_checks(reference):
                             cost="hand")
     hand = checks.hand_traces()
     assert [spec[0] for spec in hand] == [0, 1, 2, 3]
+    simulated = sim.simulate([sim.SimRequest(*spec) for spec in checks.HAND_WORKLOAD], sim.continuous_policy,
+                             max_batch_size=2, cost=checks.HAND_COST)
+    for written, trace in zip(hand, simulated.traces, strict=True):
+        assert written[:3] == (trace.request_id, trace.arrival_time, trace.num_prompt_tokens)
+        assert written[3] == pytest.approx(trace.token_times, abs=1e-12)
     checks.check_compute_metrics(reference["compute_metrics"], [(0, 0.0, 5, [0.5]), (1, 0.2, 5, [0.9])])
     with pytest.raises(ValueError, match="'hand'"):
         checks.check_policy_run(reference["static_batching"], "static", "other", max_batch_size=2)
@@ -253,6 +258,16 @@ def test_a_policy_sees_a_state_built_for_it_and_answers_by_request_id(reference)
         return [dataclasses.replace(request) for request in reference["continuous_batching"](state)]
 
     checks.check_policy_run(answers_with_copies, "continuous", checks.random_workload(1), max_batch_size=4)
+
+
+@pytest.mark.slow
+def test_engine_traces_are_the_engines_schedule_on_a_clock_that_no_machine_changes():
+    first, again = checks.engine_traces(2, num_requests=3), checks.engine_traces(2, num_requests=3)
+    assert first == again
+    assert [trace.arrival_time for trace in first] == sorted(trace.arrival_time for trace in first)
+    assert all(len(trace.token_times) == 6 for trace in first)
+    # max_num_seqs=2: the third request waits for a place, so its first token comes later than one step's cost.
+    assert first[2].token_times[0] - first[2].arrival_time > 2 * checks.STEP_CLOCK.overhead_s
 
 
 @pytest.mark.slow

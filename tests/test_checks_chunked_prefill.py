@@ -108,7 +108,7 @@ def build_batch(decode_ids, prefill_queue, token_budget, chunked=True):
 
 @pytest.mark.parametrize("source, phrase", [
     (PREFILL_FIRST, "decodes go first"),
-    (OVERTAKES, "may not overtake"),
+    (OVERTAKES, "overtook .big., which came first but did not fit"),
     (NO_CHUNK, "takes the rest of the budget as a chunk"),
 ])
 def test_buggy_answers_fail_with_a_hint(source, phrase):
@@ -198,9 +198,16 @@ def test_prefills_before_decodes_stop_the_engine_with_the_reason():
         checks.check_build_batch_in_engine(student, model="tiny")
 
 
+def test_the_overtaking_demo_student_fails_the_visible_worked_example():
+    student = _demo_answer("buggy-batch-overtakes", "build_batch")
+    checks.check_build_batch(student, ["a", "b", "c"], [("P", 10), ("Q", 20), ("R", 2)], 16, chunked=True)
+    with pytest.raises(CheckFailed, match="prompt 'R' overtook 'Q'"):
+        checks.check_build_batch(student, ["a", "b", "c"], [("P", 10), ("Q", 20), ("R", 2)], 16, chunked=False)
+
+
 def test_hard_coded_visible_answers_fail_in_the_engine():
     student = _demo_answer("buggy-hardcoded-visible-batch", "build_batch")
-    checks.check_build_batch(student, ["a", "b", "c"], [("P", 10), ("Q", 20)], 16, chunked=True)   # the table
+    checks.check_build_batch(student, ["a", "b", "c"], [("P", 10), ("Q", 20), ("R", 2)], 16, chunked=True)   # the table
     with pytest.raises(CheckFailed):
         checks.check_build_batch_in_engine(student, model="tiny")
 

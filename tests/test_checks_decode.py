@@ -209,3 +209,27 @@ def test_a_list_of_course_caches_is_found_too():
     with pytest.raises(CheckFailed, match="holds the course's KVCache"):
         checks.check_decode_cache(student["DecodeCache"], prompt_len=5, num_decode_steps=3)
     assert student["DecodeCache"](2, 8, 2, 8).attend   # it does work: only its origin is wrong
+
+
+def test_a_difference_is_shown_where_it_is_not_in_the_first_values(reference):
+    def last_head_wrong(q, k_cache, v_cache, scale=None):
+        output = reference["decode_attention"](q, k_cache, v_cache, scale)
+        output[-1, -3] += 1.0
+        return output
+
+    with pytest.raises(CheckFailed) as caught:
+        checks.check_decode_attention(last_head_wrong, 20, 9, 3, 64)
+    message = str(caught.value)
+    assert "[head 8, dims 60..63]" in message
+    expected = re.search(r"expected: (\[.*\])", message).group(1)
+    got = re.search(r"got: +(\[.*\])", message).group(1)
+    assert expected != got
+
+
+@pytest.mark.slow
+def test_generate_that_runs_past_the_end_of_sequence_is_named(reference):
+    student = _student(_demo_answers("buggy-generate-ignores-eos"))
+    prompt = checks.chat_prompt_ids("What is the capital of France?")
+    checks.check_generate(reference["generate"], prompt, 12)
+    with pytest.raises(CheckFailed, match="end-of-sequence token"):
+        checks.check_generate(student["generate"], prompt, 12)

@@ -203,3 +203,17 @@ def test_solution_allocator_serves_through_the_engine_like_the_reference():
     student = _SOLUTION_CLASS(num_blocks=16, block_size=4)  # room for 1-2 requests: forces preemptions
     assert run(student) == run(BlockAllocator(16, 4, enable_prefix_caching=False))
     assert student.num_free_blocks == 16
+
+
+def test_copy_on_write_that_keeps_the_shared_block_is_reported_without_a_nonsense_pair():
+    cls = _edited("""            shared = table[-1]
+            table[-1] = self.free_blocks.popleft()
+            self.ref_counts[table[-1]] = 1
+            self.ref_counts[shared] -= 1
+            copy = (shared, table[-1])""", """            shared = table[-1]
+            new_block = self.free_blocks.popleft()
+            self.ref_counts[new_block] = 1
+            copy = (shared, new_block)""")
+    message = _fails(lambda: checks.check_fork_and_copy_on_write(cls), "still ends with it")
+    assert "a block taken from the free list" in message
+    assert not re.search(r"expected: .*\((\d+), \1\)", message), message

@@ -94,6 +94,15 @@ def test_whole_prompt_hit_demo_fails():
         checks.check_longest_cached_prefix(student["longest_cached_prefix"], WORKED[:8], [WORKED[:8]], 4)
 
 
+def test_lookup_past_a_miss_demo_fails_the_visible_eviction_row():
+    student = _demo("buggy-prefix-lookup-skips-misses")
+    for prompt in ([5, 6, 7, 8, 1, 2, 3, 4, 9, 9], [5, 6, 7, 8, 1, 2, 3, 4], [1, 2, 3, 4, 5, 6, 7, 8, 9]):
+        checks.check_longest_cached_prefix(student["longest_cached_prefix"], prompt, [WORKED[:8]], 4)
+    with pytest.raises(CheckFailed, match="stop at the first block that misses"):
+        checks.check_longest_cached_prefix(student["longest_cached_prefix"], [5, 6, 7, 8, 1, 2, 3, 4, 9],
+                                           [WORKED[:8]], 4, evicted=[(0, 0)])
+
+
 UNCHAINED = '''
 def hash_blocks(token_ids, block_size):
     return [hash_block(b"", token_ids[i * block_size:(i + 1) * block_size])

@@ -216,6 +216,17 @@ def test_policy_timelines_figure():
         viz.policy_timelines({})
 
 
+def test_policy_timeline_titles_count_the_places_a_policy_used():
+    def one_at_a_time(state):
+        return [] if state.running or not state.waiting else [state.waiting[0]]
+
+    results = {"one at a time": sim.simulate(HAND_WORKLOAD, one_at_a_time, max_batch_size=4, cost=HAND_COST),
+               "continuous": sim.simulate(HAND_WORKLOAD, sim.continuous_policy, max_batch_size=4, cost=HAND_COST)}
+    titles = [ax.get_title() for ax in viz.policy_timelines(results).axes]
+    assert "at most 1 of the 4 places" in titles[0], titles
+    assert "at most 4 of the 4 places" in titles[1], titles
+
+
 def test_latency_vs_throughput_figure():
     figure = viz.latency_vs_throughput({"continuous": [(100.0, 0.5, "b=4"), (50.0, 0.3, "b=1")],
                                         "static": [(40.0, 1.0, "")]})
@@ -225,3 +236,15 @@ def test_latency_vs_throughput_figure():
     assert len(ax.get_lines()) == 2
     with pytest.raises(ValueError, match="no points"):
         viz.latency_vs_throughput({"static": []})
+
+
+def test_latency_vs_throughput_in_steps_and_seconds_figure():
+    steps = {"one at a time": [(1.0, 20.0, "")], "continuous": [(1.8, 12.0, "2"), (4.4, 8.0, "8")]}
+    seconds = {"one at a time": [(10.0, 2.0, "")], "continuous": [(15.0, 1.5, "2"), (30.0, 1.0, "8")]}
+    figure = viz.latency_vs_throughput_in_steps_and_seconds(steps, seconds, title="burst")
+    left, right = figure.axes
+    assert "step" in left.get_xlabel() and "steps" in left.get_ylabel()
+    assert "tokens/s" in right.get_xlabel() and "(s)" in right.get_ylabel()
+    assert len(left.get_lines()) == len(right.get_lines()) == 2
+    with pytest.raises(ValueError, match="no points"):
+        viz.latency_vs_throughput_in_steps_and_seconds(steps, {"static": []})

@@ -20,6 +20,10 @@ def test_batch_composition():
 
 
 def test_token_gaps():
-    _labelled(token_gaps({"whole": [10.0, 12.0, 300.0], "chunked": [10.0, 40.0, 45.0]}))
+    figure = token_gaps({"whole": [10.0, 12.0, 300.0], "chunked": [10.0, 40.0, 45.0]})
+    _labelled(figure)
+    tail = figure.axes[1]
+    assert [label.get_text() for label in tail.get_xticklabels()] == ["median", "p90", "worst"]
+    assert "3 gaps" in tail.get_xlabel()
     with pytest.raises(ValueError, match="non-empty"):
         token_gaps({"whole": []})

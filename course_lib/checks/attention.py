@@ -158,9 +158,16 @@ def _check_output(got, expected, call: str, q, k, v, scale, extra_hint: str | No
         fail(f"{call} returned the wrong dtype", expected=q.dtype, got=got.dtype,
              hint="return the result in q's dtype.")
     if not torch.isfinite(got).all():
-        fail(f"{call} returned NaN or inf values", expected="finite numbers", got=got.flatten()[:6].tolist(),
-             hint="subtract the row maximum before exp, and make sure every query sees at least one key "
-                  "(exp(-inf - -inf) is NaN).")
+        bad_queries = sorted({int(row) for row in torch.nonzero(~torch.isfinite(got))[:, 0].tolist()})
+        first = bad_queries[0]
+        hint = ("subtract the row maximum before exp, and make sure every query sees at least one key "
+                "(exp(-inf - -inf) is NaN).")
+        if bad_queries == [0] and q.shape[0] == k.shape[0]:
+            hint = ("only query 0 came out NaN, and query 0 sits at position 0, where the only key it may see is "
+                    "its own: the mask must let a query see its own key (key position <= query position, not <). "
+                    "A row whose scores are all -inf gives exp(-inf - -inf) = NaN.")
+        fail(f"{call} returned NaN or inf values for queries {bad_queries[:8]}", expected="finite numbers",
+             got=f"query {first}: {got[first].flatten()[:6].tolist()}", hint=hint)
     if _close(got, expected):
         return
     error = (got - expected).abs()

@@ -86,7 +86,17 @@ def check_generation_flops(student_generation_flops: Callable, config: ModelConf
         tokens_run = sum(prompt_len + step for step in range(new_tokens))
     hint = ("per pass: 2 * num_parameters * (tokens run) + 4 * num_layers * num_q_heads * head_dim * (keys "
             "attended, summed over the tokens run).")
-    if got_int == 2 * num_parameters * tokens_run:
+    flops_per_key = 4 * config.num_layers * config.num_q_heads * config.head_dim
+    lengths = [prompt_len + step for step in range(new_tokens)]          # n at passes 1 .. T
+    every_pass_one_token = sum(2 * num_parameters + flops_per_key * n for n in lengths)
+    if use_cache and new_tokens and got_int == every_pass_one_token:
+        hint = ("pass 1 is the prefill, not a decode step: even with a cache it runs all prompt_len prompt tokens "
+                "as a whole-sequence pass (2 * N * P + attention over 1 + 2 + ... + P keys). Only passes 2, 3, ... "
+                "run one token.")
+    elif use_cache and new_tokens > 1 and expected - got_int == flops_per_key * (new_tokens - 1):
+        hint = ("a decode pass at sequence length n attends over n keys, the new token's own key included "
+                "(the cache already holds it when attention runs), not n - 1.")
+    elif got_int == 2 * num_parameters * tokens_run:
         hint = ("the attention term is missing: each token also multiplies its query with every key it sees and "
                 "its probabilities with every value, 4 * num_layers * num_q_heads * head_dim FLOPs per key.")
     elif not use_cache and got_int > expected:
@@ -223,7 +233,10 @@ def check_time_step(student_time_step: Callable, context_len: int, use_cache: bo
             f"on {model}")
     with one_thread():
         got = call_student(student_time_step, call, share(timed, "__call__"), lend_config(real_model.config),
-                           token_ids, use_cache, repeats, copy_args=False, show_args=False)
+                           token_ids, use_cache, repeats, copy_args=False, show_args=False,
+                           hints={AttributeError: "the model you are given is only callable: read what you need "
+                                                  "from config (KVCache(config, max_seq_len) stores fp32, the "
+                                                  "model's dtype), not from the model's attributes."})
     calls = timed.calls
     seen = [(c["tokens"], c["position"], c["cached"]) for c in calls]
     if use_cache:

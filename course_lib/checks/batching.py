@@ -205,10 +205,21 @@ def _trace(spec) -> RequestTrace:
     return RequestTrace(request_id, float(arrival_time), num_prompt_tokens, [float(t) for t in token_times])
 
 
+HAND_TRACES = (
+    (0, 0.00, 10, (0.02, 0.04, 0.05)),
+    (1, 0.01, 10, (0.04, 0.05, 0.07, 0.08, 0.10, 0.11)),
+    (2, 0.02, 10, (0.07, 0.08)),
+    (3, 0.03, 10, (0.10, 0.11)),
+)
+"""The chapter's worked example of the metrics: the hand workload under continuous batching
+(max_batch_size 2, the hand cost), as in the notebook's table. Written out rather than simulated
+here, so that the kit (where the continuous policy is the student's exercise) has them too; a
+test checks them against the simulator."""
+
+
 def hand_traces() -> list[tuple[int, float, int, list[float]]]:
     """The hand workload under continuous batching (max_batch_size 2, the hand cost), as trace tuples."""
-    run = simulate(_workload("hand"), continuous_policy, max_batch_size=2, cost=HAND_COST)
-    return [_trace_spec(trace) for trace in run.traces]
+    return [(request_id, arrival, prompt_len, list(times)) for request_id, arrival, prompt_len, times in HAND_TRACES]
 
 
 def random_traces(seed: int, num_requests: int = 20) -> list[tuple[int, float, int, list[float]]]:
@@ -530,29 +541,58 @@ def _latency_hint(metric: str, stat: str, traces, got) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def engine_traces(max_num_seqs: int, num_requests: int = 4, max_tokens: int = 6) -> list[RequestTrace]:
-    """Traces of a small real run: ``num_requests`` chat prompts through SmolLM2 on the reference engine.
+STEP_CLOCK = StepCost(overhead_s=0.030, per_prefill_token_s=0.001, per_decode_seq_s=0.001)
+"""The clock of ``engine_traces``: a step lasts 30 ms plus 1 ms per token it runs (prompt or decode)."""
 
-    The requests arrive together; ``max_num_seqs`` limits the batch. Token times come from the
-    engine's own ``RequestMetrics`` (seconds on ``time.perf_counter``'s clock).
+
+def engine_traces(max_num_seqs: int, num_requests: int = 4, max_tokens: int = 6,
+                  arrival_every_steps: int = 2) -> list[RequestTrace]:
+    """Traces of a small real run: chat prompts through SmolLM2 on the course's engine, on a step clock.
+
+    Request i is added before engine step ``i * arrival_every_steps``; ``max_num_seqs`` limits the
+    batch. The engine really runs every step, and its scheduler decides who runs when; the clock
+    that stamps arrivals and tokens is ``STEP_CLOCK``, advanced by each step's cost from the tokens
+    it ran (``engine.stats``). So the traces, and the metrics expected from them, are the same on
+    every machine, busy or not, while the schedule is the engine's own.
     """
+    import torch
+
+    from course_lib.checks import one_thread
     from course_lib.engine import LLMEngine
     from course_lib.sampling import SamplingParams
 
     model, tokenizer = smollm2()
     questions = ["Name a colour.", "Say hi.", "Count to three.", "Name a fruit.", "Name a city.", "Say yes."]
-    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": q}])
+    prompts = [tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": q}]))
                for q in (questions * 3)[:num_requests]]
     engine = LLMEngine(model, tokenizer, max_num_seqs=max_num_seqs, max_num_batched_tokens=256, num_blocks=64,
-                       enable_prefix_caching=False)
-    outputs = engine.generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True),
-                              use_tqdm=False)
-    return [RequestTrace.from_metrics(index, output.metrics) for index, output in enumerate(outputs)]
+                       enable_prefix_caching=False, enable_chunked_prefill=False)
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    clock, step, arrivals, token_times = 0.0, 0, {}, {}
+    with one_thread(), torch.inference_mode():
+        while len(arrivals) < len(prompts) or engine.has_unfinished():
+            while len(arrivals) < len(prompts) and step >= len(arrivals) * arrival_every_steps:
+                number = len(arrivals)
+                engine.add_request(prompts[number], params, request_id=number)
+                arrivals[number], token_times[number] = clock, []
+            step += 1
+            if not engine.has_unfinished():   # nothing to run until the next arrival: an idle step
+                clock = round(clock + STEP_CLOCK.overhead_s, 9)
+                continue
+            tokens_before = engine.stats.num_batched_tokens
+            outputs = engine.step()
+            tokens_run = engine.stats.num_batched_tokens - tokens_before
+            clock = round(clock + STEP_CLOCK.overhead_s + STEP_CLOCK.per_prefill_token_s * tokens_run, 9)
+            for output in outputs:
+                token_times[output.request_id] += [clock] * len(output.new_token_ids)
+    return [RequestTrace(number, arrivals[number], len(prompts[number]), token_times[number])
+            for number in sorted(arrivals)]
 
 
 @recorded_check
 def check_compute_metrics_on_engine(student_compute_metrics: Callable, max_num_seqs: int, num_requests: int = 4) -> None:
-    """``compute_metrics`` on the traces of a real engine run (made here, on the reference engine)."""
+    """``compute_metrics`` on the traces of a real engine run (``engine_traces``: made here, on the course's
+    engine, stamped with a step clock so that the expected metrics hold on any machine)."""
     require_own_implementation(student_compute_metrics, "compute_metrics")
     _check_compute_metrics(student_compute_metrics, engine_traces(max_num_seqs, num_requests))
 

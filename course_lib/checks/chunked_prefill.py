@@ -80,7 +80,8 @@ def _normalize(batch: Any) -> Batch | None:
     return pairs
 
 
-def _hint(got: Batch, expected: Batch, decode_ids: Sequence, token_budget: int, chunked: bool) -> str:
+def _hint(got: Batch, expected: Batch, decode_ids: Sequence, prefill_queue: Sequence[tuple[Hashable, int]],
+          token_budget: int, chunked: bool) -> str:
     decodes = set(decode_ids)
     got_ids = [request_id for request_id, _ in got]
     got_decode_positions = [position for position, request_id in enumerate(got_ids) if request_id in decodes]
@@ -95,6 +96,16 @@ def _hint(got: Batch, expected: Batch, decode_ids: Sequence, token_budget: int, 
     if any(num_tokens <= 0 for _, num_tokens in got):
         return "never put a request with 0 tokens in the batch: stop when the budget is used up."
     if not chunked:
+        queue_ids = [request_id for request_id, _ in prefill_queue]
+        got_prefills = [request_id for request_id, _ in got if request_id not in decodes and request_id in queue_ids]
+        left_out = next((request_id for request_id in queue_ids if request_id not in got_prefills), None)
+        overtaking = [request_id for request_id in got_prefills
+                      if left_out is not None and queue_ids.index(request_id) > queue_ids.index(left_out)]
+        if overtaking:
+            return (f"prompt {overtaking[0]!r} overtook {left_out!r}, which came first but did not fit: with "
+                    "chunked=False the first prompt that does not fit ends the batch, and every prompt behind it "
+                    "waits too (first come, first served; otherwise short prompts could keep a long one waiting "
+                    "forever).")
         return ("with chunked=False a prompt runs whole or not at all, and the first prompt that does not fit "
                 "stops the batch (later, shorter prompts may not overtake it).")
     if total < sum(num_tokens for _, num_tokens in expected):
@@ -128,7 +139,7 @@ def check_build_batch(student_build_batch: Callable, decode_ids: Sequence[Hashab
     if batch == expected:
         return
     fail(f"{call} built a different batch", expected=expected, got=batch,
-         hint=_hint(batch, expected, decode_ids, token_budget, chunked))
+         hint=_hint(batch, expected, decode_ids, prefill_queue, token_budget, chunked))
 
 
 # ---------------------------------------------------------------------------------------------

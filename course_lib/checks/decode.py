@@ -44,6 +44,7 @@ from course_lib.kv_cache import KVCache
 from course_lib.model import LlamaModel, ModelConfig, greedy_generate, random_weights
 
 __all__ = [
+    "chat_prompt_ids",
     "check_decode_attention",
     "check_decode_cache",
     "check_decode_step_cost",
@@ -62,6 +63,24 @@ _reference_forward_cost = reference(roofline.forward_cost)
 
 def _close(got: torch.Tensor, expected: torch.Tensor) -> bool:
     return got.shape == expected.shape and torch.allclose(got, expected, rtol=RTOL, atol=ATOL)
+
+
+def _where_they_differ(got: torch.Tensor, expected: torch.Tensor, axes: tuple[str, ...]) -> tuple[str, list, list]:
+    """Where two same-shape tensors differ most, and four values of each from there on.
+
+    Returns (a description such as "[token 0, head 3, dims 5..8]", expected excerpt, got excerpt):
+    the excerpt is taken along the last axis around the largest difference, so the values shown
+    are ones that differ, not the first few of the tensor (which may well agree).
+    """
+    error = (got.double() - expected.double()).abs().nan_to_num(nan=float("inf"))
+    index = [int(i) for i in torch.unravel_index(error.argmax(), error.shape)]
+    width = min(4, got.shape[-1])
+    start = max(0, min(index[-1] - 1, got.shape[-1] - width))
+    row = tuple(index[:-1])
+    where = ", ".join(f"{axis} {i}" for axis, i in zip(axes, row))
+    where = f"[{where}{', ' if where else ''}{axes[-1]} {start}..{start + width - 1}]"
+    return (where, [round(float(x), 6) for x in expected[row][start:start + width]],
+            [round(float(x), 6) for x in got[row][start:start + width]])
 
 
 def _sdpa_one_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> torch.Tensor:
@@ -111,9 +130,10 @@ def check_decode_attention(
     if scale is None and _close(got, _sdpa_one_query(q, k, v, 1.0)):
         hint = "multiply the scores by 1 / sqrt(head_dim) when scale is None."
     error = (got - expected).abs()
+    where, expected_values, got_values = _where_they_differ(got, expected, ("head", "dims"))
     fail(f"{call} differs from torch's scaled_dot_product_attention by up to {float(error.max()):.3g} "
-         f"(tolerance: relative {RTOL:g}, absolute {ATOL:g})",
-         expected=expected[0, :4].tolist(), got=got[0, :4].tolist(), hint=hint)
+         f"(tolerance: relative {RTOL:g}, absolute {ATOL:g}); shown: the output at {where}, around the largest "
+         "difference", expected=expected_values, got=got_values, hint=hint)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -189,8 +209,10 @@ def check_decode_cache(
                 if _close(got, without_new):
                     hint = ("the new token's own key and value are missing: append k and v to the cache BEFORE "
                             "attending, so the new query also sees itself.")
-            fail(f"{call} differs from the reference KV cache by up to {float((got - expected).abs().max()):.3g}",
-                 expected=expected.flatten()[:4].tolist(), got=got.flatten()[:4].tolist(), hint=hint)
+            where, expected_values, got_values = _where_they_differ(got, expected, ("token", "head", "dims"))
+            fail(f"{call} differs from the reference KV cache by up to {float((got - expected).abs().max()):.3g}; "
+                 f"shown: the output at {where}, around the largest difference",
+                 expected=expected_values, got=got_values, hint=hint)
         seq_len = getattr(cache, "seq_len", None)
         if seq_len != reference.seq_len:
             fail(f"{name}.seq_len after {what} (all {num_layers} layers)", expected=reference.seq_len, got=seq_len,
@@ -269,6 +291,12 @@ def check_generate(student_generate: Callable, prompt_ids: list[int], max_new_to
         return
     index = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
     hint = "greedy: the next token is the argmax of the last row of logits; stop after eos or max_new_tokens."
+    eos = real_model.config.eos_token_id
+    if len(got) > len(expected) and got[:len(expected)] == expected and expected[-1] == eos:
+        fail(f"{call}: generated {len(got) - len(expected)} tokens past the end-of-sequence token (id {eos}), "
+             f"which came at index {len(expected) - 1}", expected=expected, got=got,
+             hint="generation stops right after the end-of-sequence token (include it in the result), even when "
+                  "fewer than max_new_tokens tokens came: compare each new token with config.eos_token_id.")
     if len(got) != len(expected) and got[:len(expected)] == expected[:len(got)]:
         hint = (f"the tokens agree but you returned {len(got)} of them, the reference {len(expected)}: stop after "
                 "max_new_tokens tokens, or right after the eos token (config.eos_token_id, included).")
@@ -352,6 +380,12 @@ def check_decode_step_cost(
         if not ok:
             fail(f"{call}: wrong number of {part}", expected=value, got=got[index], hint=hints[part])
 
+
+
+def chat_prompt_ids(question: str) -> list[int]:
+    """The token ids of one user ``question`` in SmolLM2's chat template (what the notebook's chat prompt is)."""
+    _, tokenizer = smollm2()
+    return tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": question}]))
 
 
 def smollm2_model() -> LlamaModel:

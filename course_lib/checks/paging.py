@@ -232,7 +232,12 @@ class _Mirror:
                        hint="copy-on-write: the sequence is about to write into a block another sequence still "
                             "reads; take a free block, put it in place of the shared one, drop one reference to "
                             "the shared block, and return (shared block, new block).")
-        if not isinstance(got, tuple) or tuple(got) != wanted or wanted[0] == wanted[1]:
+        if wanted[0] == wanted[1]:
+            self._fail(f"{call}: the last block {wanted[0]} is shared, yet your block table still ends with it "
+                       "after the append", expected=f"({wanted[0]}, a block taken from the free list)", got=got,
+                       hint="copy-on-write: take a free block and put it in place of the shared one at the END of "
+                            "this sequence's block table, then return (shared block, new block).")
+        if not isinstance(got, tuple) or tuple(got) != wanted:
             self._fail(f"{call}: the copy pair must be (old last block, new last block) of the sequence",
                        expected=f"(old last, new last) = {wanted}", got=got,
                        hint="the new block replaces the shared one at the END of this sequence's block table.")

@@ -132,9 +132,11 @@ def check_longest_cached_prefix(student_longest_cached_prefix: Callable, token_i
         fail(f"{call} must return an int (a number of tokens)", expected="int", got=got,
              hint="return the number of cached leading tokens, e.g. 32 for two cached blocks of 16.")
     expected = reference_longest_cached_prefix(token_ids, cache, block_size)
+    # What a lookup that forgets the "- 1" would find (every full block, the last token too): asked on
+    # every run, right or wrong, so that the kit's recording holds it for the diagnosis below.
+    all_blocks_hit = reference_longest_cached_prefix(token_ids + [0], cache, block_size)
     if got == expected:
         return
-    all_blocks_hit = reference_longest_cached_prefix(token_ids + [0], cache, block_size)
     if got == len(token_ids) or (got > expected and got == all_blocks_hit and got % block_size == 0):
         hint = ("a hit must stop at least one token short of the prompt: the last prompt token has to run through "
                 "the model to give the logits of the first output token. Only (len(token_ids) - 1) // block_size "
@@ -177,8 +179,10 @@ def serve_shared_prompt(model, tokenizer, prompts: Sequence[Sequence[int]], *, b
     num_blocks = num_blocks or len(prompts) * (-(-longest // block_size)) + 8
     allocator = BlockAllocator(num_blocks, block_size, enable_prefix_caching=enable_prefix_caching,
                                hash_blocks=hash_blocks, longest_cached_prefix=longest_cached_prefix)
+    # The budget holds every prompt whole, so nothing is chunked (and the kit, where chunking runs on
+    # the student's build_batch, runs the same steps).
     engine = LLMEngine(counting, tokenizer, allocator=allocator, max_num_seqs=len(prompts),
-                       max_num_batched_tokens=max(256, len(prompts) * longest))
+                       max_num_batched_tokens=max(256, len(prompts) * longest), enable_chunked_prefill=False)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
     tokens = [list(engine.generate([list(prompts[0])], params)[0].token_ids)]
     positions_before = counting.num_positions

@@ -2,7 +2,8 @@
 
 - ``policy_timelines(results)``: one panel per policy; a row per request, a bar per step it ran in
   (prefill dark, decode light) and a dot at its arrival, so idle places and waiting show at a glance.
-- ``latency_vs_throughput(series)``: one line per policy through (throughput, latency) points.
+- ``latency_vs_throughput(series)``: one line per policy through (throughput, latency) points;
+  ``latency_vs_throughput_in_steps_and_seconds`` draws the same runs counted in engine steps and in seconds.
 
 Both return a ``matplotlib.figure.Figure`` and use no global pyplot state.
 """
@@ -16,7 +17,8 @@ from matplotlib.patches import Patch
 
 from course_lib.sim.batching import SimResult
 
-__all__ = ["latency_vs_throughput", "policy_timelines", "step_figure", "timeline_stepper"]
+__all__ = ["latency_vs_throughput", "latency_vs_throughput_in_steps_and_seconds", "policy_timelines", "step_figure",
+           "timeline_stepper"]
 
 PREFILL_COLOR = "#1f4e79"
 DECODE_COLOR = "#8fb8de"
@@ -47,8 +49,9 @@ def policy_timelines(results: Mapping[str, SimResult], *, max_requests: int = 24
                     linestyle="none")
         ax.set_ylabel("request id")
         ax.set_ylim(max(shown) + 0.8, min(shown) - 0.8)
-        ax.set_title(f"{name}: {len(result.steps)} steps, at most {result.max_batch_size} requests per step",
-                     fontsize=10)
+        busiest = max((step.batch_size for step in result.steps), default=0)
+        ax.set_title(f"{name}: {len(result.steps)} steps, at most {busiest} of the {result.max_batch_size} places "
+                     "used in a step", fontsize=10)
         ax.grid(axis="x", alpha=0.3)
     axes[-1].set_xlim(0, time_limit_s or latest)
     axes[-1].set_xlabel("time (s)")
@@ -90,13 +93,44 @@ def latency_vs_throughput(series: Mapping[str, Sequence[tuple[float, float, str]
     given (rising load or batch size); a point label such as "batch 4" is written next to its point
     ("" for none). Good policies sit low and to the right.
     """
+    _require_points(series)
+    figure = Figure(figsize=(7, 4.5), layout="constrained")
+    _draw_latency_vs_throughput(figure.subplots(), series, latency_label, throughput_label, title)
+    return figure
+
+
+def latency_vs_throughput_in_steps_and_seconds(
+        in_steps: Mapping[str, Sequence[tuple[float, float, str]]],
+        in_seconds: Mapping[str, Sequence[tuple[float, float, str]]], *,
+        title: str = "Latency against throughput") -> Figure:
+    """Two panels of ``latency_vs_throughput``: the same runs counted in engine steps (left) and on the wall clock.
+
+    in_steps: {name: [(output tokens per step, median end-to-end latency in steps, label), ...]};
+    in_seconds: the same runs in tokens/s and seconds. Steps are what the scheduler decides and are
+    the same on every machine; seconds add what each step cost on this one, noise included.
+    """
+    _require_points(in_steps)
+    _require_points(in_seconds)
+    figure = Figure(figsize=(11, 4.5), layout="constrained")
+    left, right = figure.subplots(1, 2)
+    _draw_latency_vs_throughput(left, in_steps, "median end-to-end latency (engine steps)",
+                                "output tokens per engine step", "counted in engine steps (any machine)")
+    _draw_latency_vs_throughput(right, in_seconds, "median end-to-end latency (s)", "output tokens/s",
+                                "on the wall clock (this machine, this run)")
+    figure.suptitle(title)
+    return figure
+
+
+def _require_points(series: Mapping[str, Sequence[tuple[float, float, str]]]) -> None:
     if not series:
         raise ValueError("series must hold at least one policy")
-    figure = Figure(figsize=(7, 4.5), layout="constrained")
-    ax = figure.subplots()
     for name, points in series.items():
         if not points:
             raise ValueError(f"series[{name!r}] has no points")
+
+
+def _draw_latency_vs_throughput(ax, series, latency_label: str, throughput_label: str, title: str) -> None:
+    for name, points in series.items():
         xs = [point[0] for point in points]
         ys = [point[1] for point in points]
         (line,) = ax.plot(xs, ys, marker="o", label=name)
@@ -106,12 +140,11 @@ def latency_vs_throughput(series: Mapping[str, Sequence[tuple[float, float, str]
                             color=line.get_color())
     ax.set_xlabel(throughput_label)
     ax.set_ylabel(latency_label)
-    ax.set_title(title)
+    ax.set_title(title, fontsize=10)
     ax.set_ylim(bottom=0)
     ax.set_xlim(left=0)
     ax.grid(alpha=0.3)
-    ax.legend()
-    return figure
+    ax.legend(fontsize=8)
 
 
 def step_figure(result: SimResult, step: int, *, title: str = "", max_requests: int = 16) -> Figure:

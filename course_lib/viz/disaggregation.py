@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 from matplotlib.figure import Figure
 
-from course_lib.metrics import percentile
 from course_lib.sim.disaggregation import SimResult
 from course_lib.viz import BLUE, GREEN, ORANGE, PURPLE, VERMILLION
 
@@ -16,7 +16,7 @@ __all__ = ["latency_distributions"]
 def _cdf(ax, values: Sequence[float], colour: str, label: str) -> None:
     ordered = sorted(values)
     fractions = [(rank + 1) / len(ordered) for rank in range(len(ordered))]
-    ax.step(ordered, fractions, where="post", color=colour, label=f"{label}: p99 {percentile(ordered, 99):.0f} ms")
+    ax.step(ordered, fractions, where="post", color=colour, label=f"{label}: p99 {np.percentile(ordered, 99):.0f} ms")
 
 
 def latency_distributions(results: Sequence[SimResult], title: str = "Colocated vs disaggregated") -> Figure:
