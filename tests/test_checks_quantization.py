@@ -77,12 +77,6 @@ def test_reference_gguf_answers_pass(ch1):
     checks.check_gguf_blocks(ch1["dequantize_q8_0"], ch1["dequantize_q4_1"], "synthetic", 5, seed=7)
 
 
-def test_pasted_chapter1_answers_of_chapter2_pass():
-    ch2 = _student(CH2)
-    checks.check_pasted_quantizers(ch2["quantize_int8"], ch2["dequantize_int8"], ch2["pack_int4"], ch2["unpack_int4"],
-                                   ch2["quantize_int4"], ch2["dequantize_int4"])
-
-
 def test_a_tie_in_rounding_is_not_a_bug(ch1):
     # floor(x + 0.5) rounds ties up where torch.round rounds them to even: both are right.
     student = _replace(CH1, "int8_symmetric", "q = torch.round(weight / scale[:, None])",
