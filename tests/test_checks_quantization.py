@@ -252,3 +252,18 @@ def test_perplexity_check_on_smollm2(ch2_functions):
     checks.check_perplexity(ch2_functions["perplexity"], "smollm2", 48, 24)
     student = _student(CH2, _demo("buggy-perplexity-no-shift"))
     _fails(lambda: checks.check_perplexity(student["perplexity"], "smollm2", 40, 16), "row t of the logits")
+
+
+@pytest.mark.parametrize("path", sorted(SOLUTIONS.glob("*.ipynb")), ids=lambda p: p.stem)
+def test_lab04_headers_count_the_graded_test_cells(path):
+    import re
+
+    import nbformat
+
+    from course_lib.grading.notebooks import nbgrader_meta
+
+    notebook = nbformat.read(path, as_version=4)
+    graded = [cell for cell in notebook.cells if nbgrader_meta(cell).get("grade")]
+    announced = re.search(r"in (\d+) graded test cells", notebook.cells[0].source)
+    assert announced and int(announced.group(1)) == len(graded), \
+        f"{path.name}: the header announces {announced and announced.group(1)} graded test cells, there are {len(graded)}"
