@@ -89,7 +89,8 @@ def _log(result: Claim) -> None:
     path = os.environ.get(CLAIMS_LOG_ENVIRONMENT)
     if not path:
         return
-    record = {k: v for k, v in asdict(result).items() if k != "printed"} | {"time": time.time(), "notebook": os.environ.get("COURSE_CLAIMS_NOTEBOOK", "")}
+    record = {key: value for key, value in asdict(result).items() if key != "printed"}
+    record |= {"time": time.time(), "notebook": os.environ.get("COURSE_CLAIMS_NOTEBOOK", "")}
     with open(path, "a", encoding="utf-8") as log:
         log.write(json.dumps(record) + "\n")
 
