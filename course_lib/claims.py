@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Union
 
 __all__ = ["CLAIMS_LOG_ENVIRONMENT", "Claim", "claim", "skip_claim"]
@@ -54,6 +54,7 @@ class Claim:
     otherwise: str = ""
     error: str = ""
     skipped: str = ""
+    printed: bool = field(default=False, repr=False, compare=False)
 
     def line(self) -> str:
         """The one-line verdict a notebook prints."""
@@ -69,6 +70,13 @@ class Claim:
 
     def __repr__(self) -> str:
         return self.line()
+
+    def _ipython_display_(self) -> None:
+        # A cell that ends with ``claim(...)`` would show the verdict a second time under the printed one.
+        if not self.printed:
+            from IPython.display import HTML, display
+
+            display(HTML(self._repr_html_()))
 
     def _repr_html_(self) -> str:
         from html import escape
@@ -89,7 +97,8 @@ def _log(result: Claim) -> None:
     path = os.environ.get(CLAIMS_LOG_ENVIRONMENT)
     if not path:
         return
-    record = asdict(result) | {"time": time.time(), "notebook": os.environ.get("COURSE_CLAIMS_NOTEBOOK", "")}
+    record = {key: value for key, value in asdict(result).items() if key != "printed"}
+    record |= {"time": time.time(), "notebook": os.environ.get("COURSE_CLAIMS_NOTEBOOK", "")}
     with open(path, "a", encoding="utf-8") as log:
         log.write(json.dumps(record) + "\n")
 
@@ -114,7 +123,7 @@ def claim(statement: str, held: Condition, *, measured: str = "", otherwise: str
     if not isinstance(statement, str) or not statement.strip():
         raise ValueError(f"statement must be a non-empty string saying what the text claims, got {statement!r}")
     verdict, error = _evaluate(held)
-    result = Claim(statement.strip(), verdict, measured, otherwise, error)
+    result = Claim(statement.strip(), verdict, measured, otherwise, error, printed=show)
     _log(result)
     if show:
         print(result.line())
@@ -134,7 +143,7 @@ def skip_claim(statement: str, reason: str, *, show: bool = True) -> Claim:
         raise ValueError(f"statement must be a non-empty string saying what the text claims, got {statement!r}")
     if not isinstance(reason, str) or not reason.strip():
         raise ValueError(f"reason must say why the claim is skipped, got {reason!r}")
-    result = Claim(statement.strip(), None, skipped=reason.strip())
+    result = Claim(statement.strip(), None, skipped=reason.strip(), printed=show)
     _log(result)
     if show:
         print(result.line())

@@ -77,12 +77,6 @@ def test_reference_gguf_answers_pass(ch1):
     checks.check_gguf_blocks(ch1["dequantize_q8_0"], ch1["dequantize_q4_1"], "synthetic", 5, seed=7)
 
 
-def test_pasted_chapter1_answers_of_chapter2_pass():
-    ch2 = _student(CH2)
-    checks.check_pasted_quantizers(ch2["quantize_int8"], ch2["dequantize_int8"], ch2["pack_int4"], ch2["unpack_int4"],
-                                   ch2["quantize_int4"], ch2["dequantize_int4"])
-
-
 def test_a_tie_in_rounding_is_not_a_bug(ch1):
     # floor(x + 0.5) rounds ties up where torch.round rounds them to even: both are right.
     student = _replace(CH1, "int8_symmetric", "q = torch.round(weight / scale[:, None])",
@@ -258,3 +252,18 @@ def test_perplexity_check_on_smollm2(ch2_functions):
     checks.check_perplexity(ch2_functions["perplexity"], "smollm2", 48, 24)
     student = _student(CH2, _demo("buggy-perplexity-no-shift"))
     _fails(lambda: checks.check_perplexity(student["perplexity"], "smollm2", 40, 16), "row t of the logits")
+
+
+@pytest.mark.parametrize("path", sorted(SOLUTIONS.glob("*.ipynb")), ids=lambda p: p.stem)
+def test_lab04_headers_count_the_graded_test_cells(path):
+    import re
+
+    import nbformat
+
+    from course_lib.grading.notebooks import nbgrader_meta
+
+    notebook = nbformat.read(path, as_version=4)
+    graded = [cell for cell in notebook.cells if nbgrader_meta(cell).get("grade")]
+    announced = re.search(r"in (\d+) graded test cells", notebook.cells[0].source)
+    assert announced and int(announced.group(1)) == len(graded), \
+        f"{path.name}: the header announces {announced and announced.group(1)} graded test cells, there are {len(graded)}"

@@ -103,6 +103,23 @@ def test_demo_no_bonus_token_fails():
     _fails(lambda: checks.check_verify(student["verify_draft"], 6, 3, 20, seed=0), "bonus token")
 
 
+@pytest.mark.parametrize("demo, needle", [
+    ("buggy-bonus-from-wrong-row", "LAST row"),
+    ("buggy-emits-rejected-draft", "A rejected draft is not emitted"),
+    ("buggy-accept-less-or-equal", "The test is strict"),
+])
+def test_demo_verifier_bugs_fail_the_visible_check_with_their_own_hint(demo, needle):
+    student = _student(CH3, _demo(demo))
+    _fails(lambda: checks.check_verify(student["verify_draft"], vocab_size=6, num_drafts=3, num_trials=20, seed=0),
+           needle)
+
+
+def test_demo_chi_square_without_inf_fails_the_visible_check():
+    student = _student(CH3, _demo("buggy-chi-square-no-inf"), only=("chi_square",))
+    checks.check_chi_square(student["chi_square_statistic"], [10, 40, 50], [0.25, 0.25, 0.5])
+    _fails(lambda: checks.check_chi_square(student["chi_square_statistic"], [4, 1, 5], [0.5, 0.0, 0.5]), "math.inf")
+
+
 @pytest.mark.parametrize("old, new, needle", [
     ("(p / safe_q).clamp(max=1.0)", "(q / torch.where(p > 0, p, torch.ones_like(p))).clamp(max=1.0)", "upside down"),
 ])
@@ -158,6 +175,17 @@ def test_reference_chapter4_answers_pass():
 def test_demo_ngram_first_occurrence_fails():
     student = _student(CH4, _demo("buggy-ngram-first-occurrence"), only=("ngram_draft",))
     _fails(lambda: checks.check_ngram_draft(student["ngram_draft"], [1, 2, 3, 9, 2, 3, 4, 2, 3], 3), "FIRST occurrence")
+
+
+@pytest.mark.parametrize("demo, text, k, needle", [
+    ("buggy-ngram-shortest-first", [1, 2, 3, 4, 9, 3, 5, 1, 2, 3], 3, "longest first"),
+    ("buggy-ngram-no-overlap", [4, 1, 1, 0, 1, 1, 1], 4, "overlaps the ending"),
+    ("buggy-ngram-no-overlap", [0, 4, 2, 4, 2, 4, 2, 4], 4, "overlaps the ending"),
+])
+def test_demo_ngram_bugs_fail_with_a_hint_that_names_them(demo, text, k, needle):
+    student = _student(CH4, _demo(demo), only=("ngram_draft",))
+    checks.check_ngram_draft(student["ngram_draft"], [5, 6, 7, 8, 1, 2, 5, 6, 7], 3)  # the worked example still passes
+    _fails(lambda: checks.check_ngram_draft(student["ngram_draft"], text, k), needle)
 
 
 def test_ngram_that_counts_the_ending_itself_fails():

@@ -29,6 +29,15 @@ def test_a_claim_whose_condition_raises_is_not_checked_rather_than_failing():
     assert result.held is None and "ZeroDivisionError" in result.line()
 
 
+def test_a_cell_ending_in_a_claim_shows_the_verdict_once(monkeypatch, capsys):
+    shown = []
+    monkeypatch.setattr("IPython.display.display", shown.append)
+    claim("printed by the call", True)._ipython_display_()      # what a notebook does with a cell's last value
+    assert capsys.readouterr().out.count("printed by the call") == 1 and not shown
+    claim("not printed", True, show=False)._ipython_display_()
+    assert len(shown) == 1 and "not printed" in shown[0].data
+
+
 def test_claims_are_logged_for_the_benchmark(tmp_path, monkeypatch):
     log = tmp_path / "claims.jsonl"
     monkeypatch.setenv(CLAIMS_LOG_ENVIRONMENT, str(log))

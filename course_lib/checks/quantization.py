@@ -44,8 +44,6 @@ __all__ = [
     "check_int8_symmetric",
     "check_kv_int8",
     "check_pack_int4",
-    "check_pasted_int4",
-    "check_pasted_quantizers",
     "check_perplexity",
     "held_out_token_ids",
     "random_weight",
@@ -391,23 +389,6 @@ def check_gguf_blocks(student_q8_0: Callable, student_q4_1: Callable, source: st
                 hint = "add the block's minimum m (bytes 2-3, fp16): weight = d * code + m."
         fail(f"{call} differs from the gguf package by up to {float((got - expected).abs().max()):.3g}",
              expected=expected.flatten()[:6].tolist(), got=got.flatten()[:6].tolist(), hint=hint)
-
-
-@recorded_check
-def check_pasted_quantizers(quantize_int8: Callable, dequantize_int8: Callable, pack_int4: Callable,
-                            unpack_int4: Callable, quantize_int4: Callable, dequantize_int4: Callable) -> None:
-    """The chapter-1 functions pasted into a later chapter still pass chapter 1's visible checks."""
-    check_int8_symmetric(quantize_int8, dequantize_int8, 6, 40, seed=11, zero_row=True)
-    check_pack_int4(pack_int4, unpack_int4, 1, 256, seed=11)
-    check_int4_groups(quantize_int4, dequantize_int4, 4, 64, 32, seed=11)
-
-
-@recorded_check
-def check_pasted_int4(pack_int4: Callable, unpack_int4: Callable, quantize_int4: Callable,
-                      dequantize_int4: Callable) -> None:
-    """The chapter-1 int4 functions pasted into a later chapter still pass chapter 1's visible checks."""
-    check_pack_int4(pack_int4, unpack_int4, 1, 256, seed=12)
-    check_int4_groups(quantize_int4, dequantize_int4, 4, 64, 32, seed=12)
 
 
 # ---------------------------------------------------------------------------------------------

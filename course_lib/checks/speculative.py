@@ -163,11 +163,60 @@ def _hand_made_cases(vocab_size: int, num_drafts: int, seed: int):
     return cases
 
 
+def _verify_hint(drafts, q, p, accept, sample_uniform: float, keep: torch.Tensor, expected: list[int],
+                 got: list[int]) -> str:
+    """What a verifier that emitted ``got`` instead of ``expected`` most likely did wrong.
+
+    Everything here is computed from the check's own inputs and the reference's recorded results
+    (``keep``), so the student kit can say it without the reference.
+    """
+    num_kept = len(expected) - 1
+    hint = ("walk the drafts in order: keep d_i while accept_uniforms[i] < min(1, p_i(d_i) / q_i(d_i)); at the first "
+            "rejection draw one token from the residual of row i with sample_with_uniform and stop; if all are kept, "
+            "draw the bonus token from p_k.")
+    if num_kept == len(drafts):  # every draft kept: the last token is the bonus, from row k of p
+        if got == expected[:-1]:
+            return ("every draft was kept, so one more token comes for free: the bonus token, sample_with_uniform(p[k], "
+                    "sample_uniform). Without it each round wastes the target's last row of logits.")
+        if len(got) == len(expected) and got[:-1] == expected[:-1]:
+            wrong_rows = {f"p[{len(drafts) - 1}]": p[len(drafts) - 1], f"q[{len(drafts) - 1}]": q[len(drafts) - 1]}
+            for name, row in wrong_rows.items():
+                if len(drafts) and got[-1] == reference_module.sample_with_uniform(row, sample_uniform):
+                    return (f"the bonus token comes from the target's LAST row, p[k] = p[{len(drafts)}] (its opinion "
+                            f"after all k drafts), not from {name}.")
+            return "the bonus token is sample_with_uniform(p[k], sample_uniform), with k = len(draft_token_ids)."
+    else:
+        rejected = num_kept
+        u, probability = float(accept[rejected]), float(keep[rejected])
+        if len(got) > rejected and got[:rejected] == expected[:rejected] and got[rejected] == drafts[rejected]:
+            strict = (" The test is strict: u < probability, so a draft with acceptance probability 0 is never kept."
+                      if u == probability else "")
+            return (f"draft {rejected} (token {drafts[rejected]}) is rejected here: accept_uniforms[{rejected}] = {u:.4f} "
+                    f"is not below its acceptance probability {probability:.4f}. A rejected draft is not emitted: the "
+                    f"token drawn from the residual takes its place, and the round ends.{strict}")
+        if len(got) == len(expected) and got[:-1] == expected[:-1]:
+            from_target = reference_module.sample_with_uniform(p[rejected], sample_uniform)
+            if got[-1] == from_target:
+                return ("after a rejection, draw from the residual max(p_i - q_i, 0) (renormalized), not from p_i: "
+                        "drawing from p_i counts the tokens the drafter already offered twice, and the output is biased.")
+            return "the replacement token: sample_with_uniform(residual_distribution(p[i], q[i]), sample_uniform)."
+        if len(got) > len(expected) and got[:rejected] == expected[:rejected]:
+            return (f"stop at the first rejection: draft {rejected} is rejected (accept_uniforms[{rejected}] = {u:.4f} is "
+                    f"not below {probability:.4f}), so the round emits {rejected} kept drafts and one drawn token.")
+    first = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+    if first < num_kept:  # a draft that should have been kept was not emitted there
+        return (f"draft {first} (token {drafts[first]}) must be kept: accept_uniforms[{first}] = "
+                f"{float(accept[first]):.4f} is below its acceptance probability {float(keep[first]):.4f}.")
+    return hint
+
+
 def _compare_round(student_fn: Callable, drafts, q, p, accept, sample_uniform, where: str) -> None:
     call = f"verify_draft({drafts}, q, p, accept_uniforms={[round(float(u), 4) for u in accept]}, {sample_uniform:.4f}) ({where})"
     got = call_student(student_fn, call, list(drafts), q.clone(), p.clone(), accept.clone(), float(sample_uniform),
                        show_args=False)
     expected = reference(reference_module.verify_draft)(drafts, q, p, accept, float(sample_uniform))
+    # Asked on every round, right or wrong, so the kit's recording holds what a diagnosis needs.
+    keep = reference(reference_module.acceptance_probabilities)(drafts, q, p)
     if isinstance(got, torch.Tensor):
         got = got.tolist()
     if not isinstance(got, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in got):
@@ -175,25 +224,8 @@ def _compare_round(student_fn: Callable, drafts, q, p, accept, sample_uniform, w
     got = list(got)
     if got == expected:
         return
-    keep = reference(reference_module.acceptance_probabilities)(drafts, q, p)
-    num_kept = len(expected) - 1
-    hint = ("walk the drafts in order: keep d_i while accept_uniforms[i] < min(1, p_i(d_i) / q_i(d_i)); at the first "
-            "rejection draw one token from the residual of row i with sample_with_uniform and stop; if all are kept, "
-            "draw the bonus token from p_k.")
-    if num_kept == len(drafts) and got == expected[:-1]:
-        hint = ("every draft was kept, so one more token comes for free: the bonus token, sample_with_uniform(p[k], "
-                "sample_uniform). Without it each round wastes the target's last row of logits.")
-    elif len(got) == len(expected) and got[:-1] == expected[:-1] and num_kept < len(drafts):
-        from_target = reference_module.sample_with_uniform(p[num_kept], float(sample_uniform))
-        if got[-1] == from_target:
-            hint = ("after a rejection, draw from the residual max(p_i - q_i, 0) (renormalized), not from p_i: drawing "
-                    "from p_i counts the tokens the drafter already offered twice, and the output is biased.")
-        else:
-            hint = "the replacement token: sample_with_uniform(residual_distribution(p[i], q[i]), sample_uniform)."
-    elif len(got) > len(expected) and got[: len(expected) - 1] == expected[:-1]:
-        hint = f"draft {num_kept} must be rejected here: accept_uniforms[{num_kept}] = {float(accept[num_kept]):.4f} is " \
-               f"not below its acceptance probability {float(keep[num_kept]):.4f}; stop at the first rejection."
-    fail(f"{call} emitted different tokens", expected=expected, got=got, hint=hint)
+    fail(f"{call} emitted different tokens", expected=expected, got=got,
+         hint=_verify_hint(drafts, q, p, accept, float(sample_uniform), keep, expected, got))
 
 
 @recorded_check
@@ -283,6 +315,51 @@ def check_chi_square(student_fn: Callable, observed_counts: Sequence[int], expec
 # ---------------------------------------------------------------------------------------------
 
 
+def _ngram_hint(token_ids: list[int], num_draft_tokens: int, max_ngram: int, min_ngram: int, got: list[int],
+                expected: list[int]) -> str:
+    """What an n-gram drafter that proposed ``got`` most likely did wrong (computed here, no reference).
+
+    It returns only the hint: the lookups it makes for the common mistakes stay inside it.
+    """
+    if len(got) > num_draft_tokens:
+        return f"return at most num_draft_tokens = {num_draft_tokens} tokens."
+
+    def starts_of(n: int, *, overlap: bool = True) -> list[int]:
+        """Earlier starts of the n-token ending, latest first (overlap=False: a common misreading of the rule)."""
+        last = len(token_ids) - (n + 1 if overlap else 2 * n)
+        return [s for s in range(last, -1, -1) if token_ids[s : s + n] == token_ids[-n:]]
+
+    def follows(start: int, n: int) -> list[int]:
+        return token_ids[start + n : start + n + num_draft_tokens]
+
+    lengths = list(range(min(max_ngram, len(token_ids) - 1), min_ngram - 1, -1))
+    recurring = [n for n in lengths if starts_of(n)]
+    if len(recurring) > 1 and got == follows(starts_of(recurring[-1])[0], recurring[-1]):
+        n = recurring[0]
+        return (f"that continues the shortest ending that recurs; try the longest first, n = max_ngram down to "
+                f"min_ngram: here the {n}-token ending {token_ids[-n:]} recurs, and a longer match is better evidence "
+                f"of what comes next than a shorter one.")
+    without_overlap = next((follows(starts_of(n, overlap=False)[0], n) for n in lengths
+                            if starts_of(n, overlap=False)), [])
+    if recurring and got == without_overlap:
+        n = recurring[0]
+        start = starts_of(n)[0]
+        return (f"the most recent earlier occurrence of the ending {token_ids[-n:]} starts at position {start}, where it "
+                f"overlaps the ending itself (which starts at {len(token_ids) - n}); an overlapping occurrence counts: "
+                f"only the ending's own position does not. Search every start s with s + n <= len(token_ids) - 1.")
+    if not got and expected:
+        return ("an earlier occurrence exists; search every start position s with s + n <= len(token_ids) - 1 "
+                "(the ending itself, s = len - n, does not count, but overlapping occurrences do).")
+    if recurring:
+        n = recurring[0]
+        first = follows(starts_of(n)[-1], n)
+        if got == first and first != expected:
+            return ("that continues the FIRST occurrence; use the most recent one (the text nearest the end is the "
+                    "most likely to be copied next).")
+    return ("for n from max_ngram down to min_ngram: find the LAST earlier place where the text's final n tokens occur "
+            "with at least one token after them, and return up to num_draft_tokens of the tokens that follow.")
+
+
 @recorded_check
 def check_ngram_draft(student_fn: Callable, token_ids: Sequence[int], num_draft_tokens: int, max_ngram: int = 3,
                       min_ngram: int = 1) -> None:
@@ -299,24 +376,8 @@ def check_ngram_draft(student_fn: Callable, token_ids: Sequence[int], num_draft_
     got = list(got)
     if got == expected:
         return
-    hint = ("for n from max_ngram down to min_ngram: find the LAST earlier place where the text's final n tokens "
-            "occur with at least one token after them, and return up to num_draft_tokens of the tokens that follow.")
-    if len(got) > num_draft_tokens:
-        hint = f"return at most num_draft_tokens = {num_draft_tokens} tokens."
-    elif not got and expected:
-        hint = ("an earlier occurrence exists; search every start position s with s + n <= len(token_ids) - 1 "
-                "(the ending itself, s = len - n, does not count, but overlapping occurrences do).")
-    else:
-        for n in range(min(max_ngram, len(token_ids) - 1), min_ngram - 1, -1):
-            suffix = token_ids[-n:]
-            starts = [s for s in range(len(token_ids) - n) if token_ids[s : s + n] == suffix]
-            if starts:
-                first = token_ids[starts[0] + n : starts[0] + n + num_draft_tokens]
-                if got == first and first != expected:
-                    hint = ("that continues the FIRST occurrence; use the most recent one (the text nearest the "
-                            "end is the most likely to be copied next).")
-                break
-    fail(f"{call} proposed different drafts", expected=expected, got=got, hint=hint)
+    fail(f"{call} proposed different drafts", expected=expected, got=got,
+         hint=_ngram_hint(token_ids, num_draft_tokens, max_ngram, min_ngram, got, expected))
 
 
 @recorded_check
@@ -396,8 +457,9 @@ def check_commit_verified(student_fn: Callable, num_computed_tokens: int, draft_
             hint = f"the last token itself ran in this step (at position {num_computed_tokens}): count it too."
         fail(f"{call}: wrong number of computed tokens", expected=expected[1], got=computed, hint=hint)
     if to_free != expected[2]:
+        slots = f"{expected[2]} slot" + ("" if expected[2] == 1 else "s")
         hint = ("the rejected drafts' slots hold keys and values of tokens that are not in the sequence: give back "
-                f"len(draft_token_ids) - num_accepted = {expected[2]} slots.")
+                f"len(draft_token_ids) - num_accepted = {slots}.")
         fail(f"{call}: wrong number of slots to free", expected=expected[2], got=to_free, hint=hint)
 
 

@@ -3,7 +3,7 @@
 DESCRIPTION = (
     "expected_tokens_per_step sums 1 + alpha + ... + alpha^(k-1) = (1 - alpha^k) / (1 - alpha), "
     "forgetting that a round always ends with one more token (the correction or the bonus). Loses "
-    "the expected-tokens cell, expected 5/8"
+    "the expected-tokens cell, expected 4/7"
 )
 BASE = "solution"
 ANSWERS = {
@@ -20,4 +20,4 @@ def speculative_speedup(acceptance_rate, num_draft_tokens, draft_cost, verify_co
     return expected_tokens_per_step(acceptance_rate, num_draft_tokens) / (num_draft_tokens * draft_cost + verify_cost)
 ''',
 }
-EXPECTED = {"04_drafts": 5}
+EXPECTED = {"04_drafts": 4}
