@@ -62,8 +62,10 @@ class CellTimeout(TimeoutError):
     stops_the_cell = True   # raised inside a lent call, it ends the test cell (see Endpoint.serve)
 
 
-class LentCallRefused(ValueError):
-    """A call to a lent object beyond what the check lends it for (raised in the student's code)."""
+def LentCallRefused(message: str) -> ValueError:   # noqa: N802 - reads as the exception it makes
+    """A call to a lent object beyond what the check lends it for: a ValueError in the student's code
+    (a built-in type, so the kernel rebuilds it as itself and the student's code can catch it)."""
+    return ValueError(message)
 
 
 class StudentKernel:
