@@ -314,7 +314,7 @@ def build_editions(editions_dir: Path, labs: list[str], known_labs: list[str]) -
     """One student edition per lab to grade, each in ``editions_dir/<lab>`` (the folder put on PYTHONPATH)."""
     editions = {}
     for lab in sorted(set(labs)):
-        build_edition(editions_dir / lab, locked_when_grading(lab, known_labs))
+        build_edition(editions_dir / lab, locked_when_grading(lab, known_labs), grading=True)
         editions[lab] = editions_dir / lab
     return editions
 

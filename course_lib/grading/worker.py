@@ -115,7 +115,7 @@ def prepared_lab(bundle: LabBundle, timeout: int, locked_labs: tuple[str, ...]) 
     if not bundle.write_prepared(workspace.root):   # prepared by the sender: nbgrader has nothing to do
         generate_release(solutions_dir, bundle.lab, workspace)   # raises GradingError if the lab is broken
     edition = root / "edition"
-    build_edition(edition, list(locked_labs))
+    build_edition(edition, list(locked_labs), grading=True)
     _PREPARED[key] = PreparedLab(bundle.lab, root, solutions_dir, edition, workspace)
     return _PREPARED[key]
 
