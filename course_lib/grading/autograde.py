@@ -289,9 +289,11 @@ def read_timestamp(path: Path) -> tuple[str, str | None]:
         text = raw.decode("utf-8").strip()
     except (OSError, UnicodeDecodeError):
         return "", "timestamp.txt is not readable text: no hand-in time recorded"
-    shown = repr(text[:60])
-    if len(raw) > TIMESTAMP_MAX_BYTES or "\n" in text or not text:
-        return "", f"timestamp.txt is not one timestamp ({shown}): no hand-in time recorded"
+    lines = text.splitlines()
+    shown = repr(lines[0][:40]) if lines else "''"
+    if len(raw) > TIMESTAMP_MAX_BYTES or len(lines) != 1:
+        return "", (f"timestamp.txt is not one timestamp ({len(lines)} lines, the first {shown}): no hand-in time "
+                    "recorded")
     try:
         claimed = parse_utc(text)
     except Exception:  # noqa: BLE001 - dateutil raises several types for text that is not a date

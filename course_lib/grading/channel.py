@@ -954,6 +954,7 @@ class Endpoint:
         self.read_fd, self.write_fd, self.side = read_fd, write_fd, side
         self._frames = FrameReader(read_fd, MAX_KERNEL_FRAME_BYTES if side == GRADER else MAX_FRAME_BYTES)
         self._abandoned: set[int] = set()   # requests given up on (timed out): their late replies are dropped
+        self.writing_late = False
         self.handler = handler
         self.on_output = on_output
         self.on_timeout: Callable[[], float] | None = None
@@ -1034,6 +1035,7 @@ class Endpoint:
             write_frame(self.write_fd, self.dumps(message))
 
     def _late_write(self) -> float:
+        self.writing_late = True   # on_timeout may say so: the kernel stopped reading, not answering
         if self.on_timeout is None:
             raise ChannelTimeout("the kernel stopped reading")
         self.deadline = self.on_timeout()

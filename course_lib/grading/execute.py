@@ -181,6 +181,7 @@ class IsolatedExecute(NbGraderPreprocessor):
                    limits: KernelLimits) -> None:
         namespace: dict = {}
         died_in: int | None = None
+        died_why = ""
         count = 0
         notebook_ends = time.monotonic() + limits.notebook
         for index, cell in enumerate(nb.cells):
@@ -188,7 +189,7 @@ class IsolatedExecute(NbGraderPreprocessor):
                 continue
             if died_in is not None:
                 cell.outputs = [nbformat.from_dict(_error(
-                    NOT_RUN, f"not run: the kernel died in an earlier cell (cell {died_in + 1})"))]
+                    NOT_RUN, f"not run: the kernel died in an earlier cell (cell {died_in + 1}{died_why})"))]
                 cell.execution_count = None
                 continue
             left = notebook_ends - time.monotonic()
@@ -214,6 +215,8 @@ class IsolatedExecute(NbGraderPreprocessor):
                                                        "crash or running out of memory); the cells after it "
                                                        "were not run"))
                 self.log.warning("kernel died in cell %d; grading what ran before it", index + 1)
+                reason = next((str(o.get("evalue", "")) for o in outputs if o.get("ename") == KERNEL_DIED), "")
+                died_why = f": {reason.split(': the kernel')[0].split('; the cells')[0][:300]}" if reason else ""
             for output in outputs:
                 if output.get("output_type") == "execute_result":
                     output["execution_count"] = count

@@ -221,6 +221,7 @@ class StudentKernel:
         if self.endpoint is not None:
             self.endpoint.deadline = time.monotonic() + seconds
             self.endpoint.on_timeout = self._on_timeout
+            self.endpoint.writing_late = False
 
     def _give_up(self) -> float:
         self._kill()
@@ -233,6 +234,10 @@ class StudentKernel:
             self._interrupt()
             return time.monotonic() + INTERRUPT_GRACE_S
         self._kill()
+        if self.endpoint is not None and self.endpoint.writing_late:
+            raise KernelDied(f"the kernel stopped reading what the grader sent it, past the cell's "
+                             f"{self._timeout_s:g} s limit, so it was stopped{self._near_limits()}; the cells after "
+                             "it were not run")
         raise KernelDied(f"the cell ran past its {self._timeout_s:g} s limit and the kernel did not stop when "
                          f"interrupted, so it was stopped{self._near_limits()}; the cells after it were not run")
 

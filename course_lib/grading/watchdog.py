@@ -199,6 +199,7 @@ class Watchdog:
         self.root_pid, self.limits, self.uid = root_pid, limits, uid
         self.on_limit, self.scratch, self.interval = on_limit, scratch, interval
         self.peak = Usage()
+        self.last = Usage()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="course-kernel-watchdog", daemon=True)
 
@@ -218,6 +219,7 @@ class Watchdog:
         usage = measure(pids, scratch_of)
         if usage.memory > self.limits.memory:  # confirm with the count that shares forked pages fairly
             usage.memory = sum(_proportional_anonymous(pid) for pid in pids)
+        self.last = usage
         self.peak = Usage(max(self.peak.processes, usage.processes), max(self.peak.memory, usage.memory),
                           max(self.peak.cpu, usage.cpu), usage.disk, usage.files)
         if usage.memory > self.limits.memory:
@@ -225,7 +227,7 @@ class Watchdog:
                     f"{format_bytes(usage.memory)})")
         if usage.cpu > self.limits.cpu:
             return f"{limit_message('cpu', self.limits)} (the kernel's processes used {usage.cpu:.0f} s of CPU)"
-        if usage.processes > self.limits.processes:
+        if usage.processes >= self.limits.processes:   # RLIMIT_NPROC stops it there: reaching it is the sign
             return f"{limit_message('processes', self.limits)} ({usage.processes} processes and threads)"
         max_files = max(10_000, self.limits.disk // FILES_PER_DISK_BYTES)
         if usage.files is not None and usage.files > max_files:
@@ -241,7 +243,7 @@ class Watchdog:
             if reason is not None:
                 self.on_limit(reason)
                 return
-            busy = self.peak.memory > self.limits.memory // 2
+            busy = self.last.memory > self.limits.memory // 2
             self._stop.wait(self.interval / 5 if busy else self.interval)
 
 
