@@ -64,6 +64,13 @@ def test_a_memory_hog_spread_over_processes_is_stopped_with_the_reason(kernel):
     assert not kernel.alive
 
 
+def test_shared_memory_no_data_limit_counts_is_counted_too(kernel):
+    """mmap(MAP_SHARED) escapes RLIMIT_DATA and tmpfs sizes: the watchdog counts it as memory."""
+    with pytest.raises(KernelDied, match="memory limit of 512 MB reached"):
+        run(kernel, "import mmap, time\nblock = mmap.mmap(-1, 900 << 20)\nfor offset in range(0, 900 << 20, 4096):\n"
+                    "    block[offset] = 1\ntime.sleep(60)", timeout=60)
+
+
 def test_one_allocation_past_the_limit_fails_in_the_students_code_only(kernel):
     assert "MemoryError" in error(run(kernel, "block = bytearray(2 << 30)"))
     assert text(run(kernel, "print('still here')")) == "still here\n"

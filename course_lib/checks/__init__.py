@@ -197,6 +197,8 @@ def answer_of(result: tuple[str, Any], call: str, *, hints: Mapping[type[BaseExc
 
 
 def _describe_call(name: str, args: tuple, kwargs: dict[str, Any]) -> str:
+    if hidden_check():   # the arguments are the hidden inputs
+        return f"{name}(<the hidden check's inputs>)"
     shown = [short_repr(argument) for argument in args]
     shown += [f"{key}={short_repr(value)}" for key, value in kwargs.items()]
     return f"{name}({', '.join(shown)})"

@@ -38,8 +38,8 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from nbgrader.utils import is_grade
 from traitlets import Integer
 
-from course_lib.grading.bounded import bound_outputs
-from course_lib.grading.limits import KernelLimits
+from course_lib.grading.bounded import bound_outputs, output_size
+from course_lib.grading.limits import KernelLimits, format_bytes
 from course_lib.grading.student import KernelDied, StudentKernel
 from course_lib.grading.testcells import run_test_cell
 from course_lib.grading.watchdog import limit_message
@@ -47,6 +47,7 @@ from course_lib.grading.watchdog import limit_message
 __all__ = ["GradingSettings", "IsolatedExecute", "cell_needs_gpu"]
 
 KERNEL_DIED = "KernelDied"
+NOTEBOOK_OUTPUTS = 10   # a notebook keeps at most ten cells' worth of output (the output limit each)
 NOT_RUN = "NotRun"
 NEEDS_GPU = "NeedsGPU"
 
@@ -183,6 +184,7 @@ class IsolatedExecute(NbGraderPreprocessor):
         died_in: int | None = None
         died_why = ""
         count = 0
+        notebook_output = 0
         notebook_ends = time.monotonic() + limits.notebook
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
@@ -207,6 +209,13 @@ class IsolatedExecute(NbGraderPreprocessor):
             peak = kernel.watchdog.peak.processes if kernel.watchdog is not None else 0
             outputs = [name_the_limit(output, limits, peak)
                        for output in bound_outputs(outputs, limits.output, limits.stream)]
+            kept = sum(output_size(output) for output in outputs)
+            if notebook_output + kept > NOTEBOOK_OUTPUTS * limits.output:   # the whole page stays bounded too
+                outputs = [o for o in outputs if o.get("output_type") == "error"] + [{
+                    "output_type": "stream", "name": "stdout",
+                    "text": f"[this cell's output ({kept:,} bytes) is not kept: the notebook's outputs passed "
+                            f"{NOTEBOOK_OUTPUTS} x {format_bytes(limits.output)}]\n"}]
+            notebook_output += sum(output_size(output) for output in outputs)
             _record_timing(cell, started, _now())
             if any(output.get("ename") == KERNEL_DIED for output in outputs) or not kernel.alive:
                 died_in = index

@@ -27,11 +27,14 @@ from pathlib import Path
 import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
 
+from course_lib.grading.bounded import clip
+
 __all__ = ["CONTENT_SECURITY_POLICY", "SanitizeFeedback", "finish_page", "sanitize_output"]
 
 SAFE_MIME_TYPES = ("text/plain", "image/png", "image/jpeg")
 SAFE_GRADE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
 MAX_IMAGE_BYTES = 4 << 20
+MAX_SOURCE_BYTES = 100 << 10   # a cell's source as the page shows it (grading used all of it)
 CONTENT_SECURITY_POLICY = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; font-src data:; "
                            "base-uri 'none'; form-action 'none'")
 _BASE64 = re.compile(r"^[A-Za-z0-9+/=\s]*$")
@@ -147,7 +150,8 @@ class SanitizeFeedback(NbGraderPreprocessor):
                 outputs = [clean for output in cell.get("outputs", []) if isinstance(output, dict)
                            for clean in [sanitize_output(output)] if clean is not None]
                 count = cell.get("execution_count")
-                new = nbformat.v4.new_code_cell(str(cell.source), metadata=metadata, outputs=outputs,
+                new = nbformat.v4.new_code_cell(clip(str(cell.source), MAX_SOURCE_BYTES, "source"), metadata=metadata,
+                                                outputs=outputs,
                                                 execution_count=count if isinstance(count, int) else None)
             elif cell.cell_type == "markdown" and cell.source in instructor:
                 new = nbformat.v4.new_markdown_cell(cell.source, metadata=metadata)
@@ -156,13 +160,13 @@ class SanitizeFeedback(NbGraderPreprocessor):
             else:
                 note = "text from the notebook, shown as written" if cell.cell_type == "markdown" \
                     else f"a {cell.cell_type} cell, shown as written"
-                new = nbformat.v4.new_markdown_cell(_as_text_block(str(cell.source), note), metadata=metadata)
+                new = nbformat.v4.new_markdown_cell(_as_text_block(clip(str(cell.source), MAX_SOURCE_BYTES, "text"), note),
+                                                    metadata=metadata)
             if "id" in cell:
                 new["id"] = cell["id"]
             cells.append(new)
         nb.cells = cells
-        nb.metadata = {key: nb.metadata[key] for key in ("kernelspec", "language_info") if key in nb.metadata
-                       and isinstance(nb.metadata[key], dict)}
+        nb.metadata = {"language_info": {"name": "python"}}
         return nb, resources
 
 

@@ -11,9 +11,10 @@ or its scratch folder holds too many files; ``on_limit`` gets the reason the fee
 
 The kernel's processes are those of its own user id when it has one (every process it starts,
 whatever it does to its session or parent), else the descendants of the process the grader
-started. Memory is counted as the processes' anonymous memory (RssAnon), confirmed with the
-proportional count (Pss_Anon) when it passes the limit, so pages that forked processes share are
-counted once.
+started. Memory is counted as the processes' anonymous and shared memory (RssAnon + RssShmem: a
+``mmap(MAP_SHARED)`` block escapes every per-process limit), confirmed with the proportional count
+(Pss_Anon + Pss_Shmem) when it passes the limit, so pages that forked processes share are counted
+once.
 """
 
 from __future__ import annotations
@@ -159,10 +160,12 @@ def _kilobytes(value: str) -> int:
 
 def _proportional_anonymous(pid: int) -> int:
     text = _read(f"/proc/{pid}/smaps_rollup") or ""
-    for line in text.splitlines():
-        if line.startswith("Pss_Anon:"):
-            return _kilobytes(line.partition(":")[2])
-    return _kilobytes(_status_fields(pid).get("RssAnon", "0 kB"))
+    found = [_kilobytes(line.partition(":")[2]) for line in text.splitlines()
+             if line.startswith(("Pss_Anon:", "Pss_Shmem:"))]
+    if found:
+        return sum(found)
+    fields = _status_fields(pid)
+    return _kilobytes(fields.get("RssAnon", "0 kB")) + _kilobytes(fields.get("RssShmem", "0 kB"))
 
 
 def measure(pids: list[int], scratch_of: int | None = None) -> Usage:
@@ -173,7 +176,8 @@ def measure(pids: list[int], scratch_of: int | None = None) -> Usage:
         if not fields:
             continue
         usage.processes += int(fields.get("Threads", "1") or 1)
-        usage.memory += _kilobytes(fields.get("RssAnon", "0 kB"))
+        # Anonymous memory and shared memory (mmap(MAP_SHARED), which no data limit counts).
+        usage.memory += _kilobytes(fields.get("RssAnon", "0 kB")) + _kilobytes(fields.get("RssShmem", "0 kB"))
         usage.cpu += _cpu_seconds(pid)
     if scratch_of is not None:
         try:
