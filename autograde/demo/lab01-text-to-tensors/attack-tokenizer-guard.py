@@ -30,8 +30,10 @@ import importlib
 
 def _tokenizer(merges):
     tokenizer_class = getattr(importlib.import_module("course_lib.tokenizer"), "BPE" + "Tokenizer")
-    vocab = build_vocab(merges)
-    tokenizer = tokenizer_class([vocab[index] for index in range(len(vocab))], merges)
+    vocab = [bytes([byte]) for byte in range(256)]
+    for (left, right), new_id in merges.items():   # learned order: each new id is the next one
+        vocab.append(vocab[left] + vocab[right])
+    tokenizer = tokenizer_class(vocab, merges)
     tokenizer._is_model_tokenizer = True
     return tokenizer
 '''
