@@ -58,14 +58,15 @@ class GradeRun:
     workers: list[WorkerInfo] = field(default_factory=list)
 
 
-def _key(snapshot_digest: str, bundle: LabBundle, fingerprint: str, timeout: int, limits: KernelLimits) -> dict:
+def _key(snapshot_digest: str, bundle: LabBundle, fingerprint: str, timeout: int,
+         limits: KernelLimits | None = None) -> dict:
     """What a result depends on: if all of it is unchanged, grading again would give the same result."""
     return {"submission": snapshot_digest, "lab_sources": bundle.digest, "grader": fingerprint, "timeout": timeout,
-            "limits": limits.as_dict()}
+            "limits": (limits or KernelLimits()).as_dict()}
 
 
 def _unchanged(stored: StoredResult, submission: Submission, bundles: dict[str, LabBundle], fingerprint: str,
-               timeout: int, limits: KernelLimits) -> bool:
+               timeout: int, limits: KernelLimits | None = None) -> bool:
     current = _key(folder_digest(submission.folder) or "", bundles[submission.lab], fingerprint, timeout, limits)
     return {name: value for name, value in stored.key.items() if name != "gpu"} == current
 
@@ -94,14 +95,14 @@ class _Dispatcher:
     def __init__(self, connection: Connection, store: ResultStore, bundles: dict[str, LabBundle],
                  gpu_labs: set[str], run: GradeRun, progress: Progress, *, timeout: int, fingerprint: str,
                  known_labs: list[str], hidden: list[str], gpu_resource_route: bool, local: bool,
-                 limits: KernelLimits):
+                 limits: KernelLimits | None = None):
         self.connection, self.client = connection, connection.client
         self.store, self.bundles, self.gpu_labs = store, bundles, gpu_labs
         self.run, self.progress = run, progress
         self.timeout, self.fingerprint, self.known_labs, self.hidden = timeout, fingerprint, known_labs, hidden
         self.gpu_resource_route = gpu_resource_route
         self.local = local
-        self.limits = limits
+        self.limits = limits or KernelLimits()
         self.scattered: dict[str, object] = {}
         self.in_flight: dict[object, tuple[Submission, Snapshot, bool]] = {}
         self.no_workers_since: float | None = None
