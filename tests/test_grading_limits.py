@@ -102,6 +102,14 @@ def test_the_disk_and_file_size_limits_hold_and_the_grader_disk_is_untouched(ker
     assert not any(path.stat().st_size > (1 << 20) for path in tmp_path.rglob("*") if path.is_file())
 
 
+@needs_sandbox
+def test_a_flood_of_empty_files_is_stopped(kernel):
+    """Empty files cost no bytes but kernel memory each: the scratch folder holds a bounded number."""
+    with pytest.raises(KernelDied, match="files in the scratch folder reached"):
+        run(kernel, "import os\nos.makedirs('many', exist_ok=True)\nfor index in range(200_000):\n"
+                    "    open(f'many/{index}', 'w').close()\nimport time\ntime.sleep(30)", timeout=120)
+
+
 def test_an_output_flood_keeps_its_head_and_tail_in_bytes(kernel):
     outputs = run(kernel, "print('HEAD' + 'x' * (50 << 20) + 'TAIL')\nimport os\nos.write(1, b'FD' * (10 << 20))\n"
                           "from IPython.display import display\ndisplay({'image/png': 'A' * (20 << 20)}, raw=True)")
