@@ -226,3 +226,27 @@ def test_timestamp_txt_is_parsed_and_checked(tmp_path, text, recorded, problem):
     stamp, found = read_timestamp(path)
     assert stamp == recorded
     assert (found is None) if problem is None else (problem in found)
+
+
+# ---- cgroups v2 (where a machine delegates one; this one may not: the files are checked) -------------
+
+
+def test_a_kernel_cgroup_gets_its_limits_and_joins_before_the_kernel_runs(tmp_path, monkeypatch):
+    import subprocess
+
+    from course_lib.grading.watchdog import CGROUP_ENVIRONMENT, KernelCgroup
+
+    monkeypatch.delenv(CGROUP_ENVIRONMENT, raising=False)
+    assert KernelCgroup.parent()[0] is None
+    monkeypatch.setenv(CGROUP_ENVIRONMENT, str(tmp_path))
+    assert KernelCgroup.parent()[0] is None, "a folder without memory and pids enabled is not used"
+    (tmp_path / "cgroup.subtree_control").write_text("cpu memory pids\n")
+    parent, how = KernelCgroup.parent()
+    assert parent == str(tmp_path) and "memory.max" in how
+    cgroup = KernelCgroup(parent, "kernel-1").create(KernelLimits(memory=2 * GiB, processes=64))
+    folder = tmp_path / "kernel-1"
+    assert (folder / "memory.max").read_text() == f"{2 * GiB}\n" and (folder / "pids.max").read_text() == "64\n"
+    printed = subprocess.run(cgroup.enter(["sh", "-c", "echo $$"]), capture_output=True, text=True).stdout.strip()
+    assert (folder / "cgroup.procs").read_text().strip() == printed, "the kernel's first process joined it"
+    (folder / "memory.events").write_text("low 0\noom 1\noom_kill 1\n")
+    assert cgroup.oom_killed()

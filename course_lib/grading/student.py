@@ -38,7 +38,7 @@ from course_lib.grading.limits import KERNEL_START_S, KernelLimits
 from course_lib.grading.sandbox import (NONE, SEED_INSIDE, WORK_INSIDE, Isolation, default_plan, detect_isolation,
                                        kernel_environment, kernel_python, kernel_uid, readable_to_all,
                                        shared_cache, wrap_command)
-from course_lib.grading.watchdog import Watchdog, kernel_processes
+from course_lib.grading.watchdog import KernelCgroup, Watchdog, kernel_processes
 
 __all__ = ["CellTimeout", "KernelDied", "LENT_MAX_ELEMENTS", "LENT_MAX_TOKENS", "StudentKernel"]
 
@@ -93,6 +93,7 @@ class StudentKernel:
         self.uid: int | None = None
         self.watchdog: Watchdog | None = None
         self.net_dir: Path | None = None
+        self.cgroup: KernelCgroup | None = None
         self._timeout_s = 0.0
         self._interrupted_at: float | None = None
         self._stderr_log = None
@@ -145,9 +146,14 @@ class StudentKernel:
                             net=self.net_dir, scratch_bytes=self.limits.disk if self.sandboxed else None,
                             uid=self.uid)
         self._stderr_log = tempfile.TemporaryFile()
+        wrapped = wrap_command(command, plan, self.isolation, workdir=inside)
+        parent, _ = KernelCgroup.parent()
+        if parent is not None:   # the strongest limits where the machine delegates a cgroup v2 to the grader
+            self.cgroup = KernelCgroup(parent, f"course-kernel-{os.getpid()}-{next(_KERNELS)}").create(self.limits)
+            wrapped = self.cgroup.enter(wrapped)
         try:
             self.process = subprocess.Popen(
-                wrap_command(command, plan, self.isolation, workdir=inside),
+                wrapped,
                 pass_fds=(to_kernel_read, from_kernel_write, interrupt_read), cwd=self.workdir, stdin=subprocess.DEVNULL,
                 stdout=self._stderr_log, stderr=self._stderr_log, start_new_session=True,
                 env={**kernel_environment(edition=self.edition, workdir=inside, threads=self.threads,
@@ -204,6 +210,9 @@ class StudentKernel:
         if self.net_dir is not None:
             shutil.rmtree(self.net_dir, ignore_errors=True)
             self.net_dir = None
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
 
     @property
     def alive(self) -> bool:
@@ -313,6 +322,10 @@ class StudentKernel:
             raise KernelDied(self._death_reason(error)) from None
 
     def _death_reason(self, error: Exception) -> str:
+        if self.limit_reason is None and self.cgroup is not None and self.cgroup.oom_killed():
+            from course_lib.grading.watchdog import limit_message
+
+            self.limit_reason = limit_message("memory", self.limits)
         if self.limit_reason is not None:
             return f"{self.limit_reason}: the kernel was stopped while running this cell; the cells after it were not run"
         if isinstance(error, ProtocolError):

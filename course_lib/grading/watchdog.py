@@ -27,7 +27,7 @@ from typing import Callable
 
 from course_lib.grading.limits import KernelLimits, format_bytes, format_seconds
 
-__all__ = ["Usage", "Watchdog", "apply_rlimits", "kernel_processes", "limit_message"]
+__all__ = ["KernelCgroup", "Usage", "Watchdog", "apply_rlimits", "enforcement", "kernel_processes", "limit_message"]
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -287,10 +287,13 @@ def enforcement(limits: KernelLimits, *, sandbox: str, own_user: bool) -> list[s
     user id of their own (root with setpriv, in a sandbox).
     """
     controllers, mount = cgroup_v2_controllers()
-    if not mount:
+    parent, how = KernelCgroup.parent()
+    if parent is not None:
+        cgroups = how
+    elif not mount:
         cgroups = "no cgroup v2 here"
     elif {"memory", "pids"} <= controllers:
-        cgroups = "cgroup v2 has memory and pids here, but kernels are not put in cgroups of their own"
+        cgroups = f"cgroup v2 has memory and pids here: {how}"
     else:
         cgroups = f"cgroup v2 here offers {', '.join(sorted(controllers)) or 'no controller'} (no memory or pids)"
     lines = [f"memory {format_bytes(limits.memory)}: each process's data limit (setrlimit) and the grader's watchdog "
@@ -311,3 +314,79 @@ def enforcement(limits: KernelLimits, *, sandbox: str, own_user: bool) -> list[s
     lines.append(f"notebook {format_seconds(limits.notebook)} of wall time; output {format_bytes(limits.output)} "
                  f"per cell, {format_bytes(limits.stream)} of it printed text (head and tail kept)")
     return lines
+
+
+# ---- cgroups v2 ------------------------------------------------------------------------------------
+
+CGROUP_ENVIRONMENT = "COURSE_CGROUP"
+
+
+class KernelCgroup:
+    """A cgroup v2 of one kernel under a delegated parent: memory.max, memory.swap.max, pids.max.
+
+    Used when ``COURSE_CGROUP`` names a cgroup v2 folder this user may write whose
+    ``cgroup.subtree_control`` enables ``memory`` and ``pids`` (a systemd scope started with
+    ``Delegate=yes``, say). The kernel's first process joins it before it runs anything (``enter``
+    prefixes the command with a shell that writes its own pid, then execs), so every process the
+    kernel starts is in it; the kernel's memory then cannot pass the limit at all (the OOM killer
+    ends it, and ``oom_killed`` says so), and a fork past ``pids.max`` fails.
+    """
+
+    def __init__(self, parent: str, name: str) -> None:
+        self.path = os.path.join(parent, name)
+
+    @staticmethod
+    def parent() -> tuple[str | None, str]:
+        """The delegated parent to use, or None, and why."""
+        parent = os.environ.get(CGROUP_ENVIRONMENT, "")
+        if not parent:
+            return None, f"not used (set {CGROUP_ENVIRONMENT} to a delegated cgroup v2 folder with memory and pids)"
+        enabled = (_read(os.path.join(parent, "cgroup.subtree_control")) or "").split()
+        if not {"memory", "pids"} <= set(enabled) or not os.access(parent, os.W_OK):
+            return None, (f"{CGROUP_ENVIRONMENT}={parent} is not a writable cgroup v2 folder with memory and pids "
+                          "in its cgroup.subtree_control: not used")
+        return parent, f"a cgroup v2 of its own under {parent} (memory.max, pids.max)"
+
+    def create(self, limits: KernelLimits) -> "KernelCgroup":
+        os.makedirs(self.path, exist_ok=False)
+        for name, value in (("memory.max", limits.memory), ("memory.swap.max", 0), ("pids.max", limits.processes)):
+            try:
+                with open(os.path.join(self.path, name), "w") as file:
+                    file.write(f"{value}\n")
+            except OSError:
+                if name != "memory.swap.max":   # no swap accounting on this machine: nothing to cap
+                    raise
+        return self
+
+    def enter(self, command: list[str]) -> list[str]:
+        """``command`` started from a shell that first moves itself into this cgroup."""
+        procs = os.path.join(self.path, "cgroup.procs")
+        return ["sh", "-c", 'echo $$ > "$1" && shift && exec "$@"', "course-cgroup", procs, *command]
+
+    def oom_killed(self) -> bool:
+        for line in (_read(os.path.join(self.path, "memory.events")) or "").splitlines():
+            name, _, count = line.partition(" ")
+            if name == "oom_kill" and count.strip() not in ("", "0"):
+                return True
+        return False
+
+    def remove(self) -> None:
+        """Kill what is left in it and remove it."""
+        try:
+            with open(os.path.join(self.path, "cgroup.kill"), "w") as file:
+                file.write("1\n")
+        except OSError:
+            for pid in (_read(os.path.join(self.path, "cgroup.procs")) or "").split():
+                try:
+                    os.kill(int(pid), 9)
+                except (OSError, ValueError):
+                    pass
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                os.rmdir(self.path)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.05)
