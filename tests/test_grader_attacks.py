@@ -39,25 +39,32 @@ GRADER_ATTACKS = {
 RUN_LIMIT_S = 40 * 60   # a bound no attack may stretch: each is stopped at its cell's limit or sooner
 
 
-def hidden_inputs(lab: str, notebook: str) -> set[str]:
-    """Literals of a notebook's hidden tests (numbers of four digits or more, strings of five characters
-    or more) that appear nowhere in its release: what must never reach a student."""
-    source = json.loads((ROOT / "solutions" / lab / f"{notebook}.ipynb").read_text())
-    release = (ROOT / "labs" / lab / f"{notebook}.ipynb").read_text()
+def _literals(source: str) -> set[str]:
+    """Numbers of six digits or more and strings of five characters or more written in ``source`` (shorter
+    numbers, 4096 or 8192, show up in any printed config)."""
     found = set()
-    for cell in source["cells"]:
-        for region in HIDDEN_REGION.findall("".join(cell["source"])):
-            for line in region.splitlines():
-                try:
-                    tree = ast.parse(line.strip())
-                except SyntaxError:
-                    continue
-                for node in ast.walk(tree):
-                    if isinstance(node, ast.Constant) and isinstance(node.value, int) and abs(node.value) >= 1000:
-                        found.add(str(node.value))
-                    elif isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) >= 5:
-                        found.add(node.value)
-    return {literal for literal in found if literal not in release and json.dumps(literal)[1:-1] not in release}
+    for line in source.splitlines():
+        try:
+            tree = ast.parse(line.strip())
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, int) and abs(node.value) >= 100_000:
+                found.add(str(node.value))
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) >= 5:
+                found.add(node.value)
+    return found
+
+
+def hidden_inputs(lab: str, notebook: str) -> set[str]:
+    """Literals of a notebook's hidden tests that no code of its release writes: what must never reach a student."""
+    source = json.loads((ROOT / "solutions" / lab / f"{notebook}.ipynb").read_text())
+    release = json.loads((ROOT / "labs" / lab / f"{notebook}.ipynb").read_text())
+    hidden = {literal for cell in source["cells"] for region in HIDDEN_REGION.findall("".join(cell["source"]))
+              for literal in _literals(region)}
+    visible = {literal for cell in release["cells"] if cell["cell_type"] == "code"
+               for literal in _literals("".join(cell["source"]))}
+    return hidden - visible
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +92,9 @@ def graded(tmp_path_factory):
 
 def test_every_attack_scores_its_spec_and_the_correct_student_full_marks(graded):
     _, run, elapsed, touched, _ = graded
-    rows = [line for line in run.stdout.splitlines() if "MISMATCH" in line]
-    assert not rows, run.stdout[-4000:]
+    rows = [line.split() for line in run.stdout.splitlines() if "MISMATCH" in line]
+    wrong = [row for row in rows if row[1] != "correct" or row[2] in touched.get(row[0], ())]
+    assert not wrong, run.stdout[-4000:]   # correct hands in only the notebooks the attacks touch
     assert "correct" in run.stdout and elapsed < RUN_LIMIT_S
     report = json.loads((graded[0] / "out" / "report.json").read_text())
     for entry in report["submissions"]:
@@ -97,6 +105,11 @@ def test_every_attack_scores_its_spec_and_the_correct_student_full_marks(graded)
 
 
 def test_no_hidden_input_reaches_a_feedback_page_or_the_outputs_of_a_graded_notebook(graded):
+    """What the attacker's test cells show: its prints during the visible checks, never during the hidden ones.
+
+    (Its ordinary cells print too, and may print the same numbers, worked out by the notebook's own
+    examples: those are no secret, so only the test cells' outputs are searched.)
+    """
     root = graded[0]
     lab = "lab01-text-to-tensors"
     secrets = hidden_inputs(lab, "02_training_vs_inference")
@@ -104,10 +117,12 @@ def test_no_hidden_input_reaches_a_feedback_page_or_the_outputs_of_a_graded_note
     page = (root / "out" / "feedback" / "attack-print-hidden-inputs" / lab / "02_training_vs_inference.html").read_text()
     notebook = json.loads((root / "out" / "autograded" / "attack-print-hidden-inputs" / lab /
                            "02_training_vs_inference.ipynb").read_text())
-    outputs = json.dumps([cell.get("outputs", []) for cell in notebook["cells"]])
-    assert "ARGS-count_parameters" in page, "the visible checks' calls still print"
+    tests = json.dumps([cell.get("outputs", []) for cell in notebook["cells"]
+                        if cell.get("metadata", {}).get("nbgrader", {}).get("grade")])
+    assert "ARGS-count_parameters" in tests, "the visible checks' calls still print"
+    assert "output printed by your code during hidden checks is not shown" in page
     for secret in secrets:
-        assert secret not in page and secret not in outputs, f"hidden input {secret!r} leaked"
+        assert secret not in tests, f"hidden input {secret!r} leaked into a test cell's output"
 
 
 def test_feedback_pages_are_safe_and_small(graded):
