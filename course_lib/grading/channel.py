@@ -142,7 +142,9 @@ def write_frame(fd: int, payload: bytes, deadline: float | None = None,
                 continue
         try:
             written = os.write(fd, data)
-        except BlockingIOError:
+        except BlockingIOError:   # a descriptor left non-blocking by an earlier write with a deadline
+            if deadline is None:
+                select.select([], [fd], [])
             continue
         except BrokenPipeError:
             raise ChannelClosed("the other side of the channel is gone") from None
