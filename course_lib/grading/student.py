@@ -38,7 +38,7 @@ from course_lib.grading.limits import KERNEL_START_S, KernelLimits
 from course_lib.grading.sandbox import (NONE, SEED_INSIDE, WORK_INSIDE, Isolation, default_plan, detect_isolation,
                                        kernel_environment, kernel_python, kernel_uid, readable_to_all,
                                        shared_cache, wrap_command)
-from course_lib.grading.watchdog import KernelCgroup, Watchdog, kernel_processes
+from course_lib.grading.watchdog import KernelCgroup, Watchdog, kernel_processes, wait_for_exit
 
 __all__ = ["CellTimeout", "KernelDied", "LENT_MAX_ELEMENTS", "LENT_MAX_TOKENS", "StudentKernel"]
 
@@ -291,13 +291,14 @@ class StudentKernel:
                 self.process.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 pass
-        self._signal_tree(signal.SIGKILL)
+        killed = self._signal_tree(signal.SIGKILL)
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        wait_for_exit(killed, 5)   # the sandbox's processes end with it, a moment later
 
-    def _signal_tree(self, signum: int) -> None:
+    def _signal_tree(self, signum: int) -> list[int]:
         pids = kernel_processes(self.process.pid, self.uid) if self.process is not None else []
         self._signal(signum)
         for pid in pids:
@@ -307,6 +308,7 @@ class StudentKernel:
                 os.kill(pid, signum)
             except (ProcessLookupError, PermissionError):
                 pass
+        return pids
 
     # ---- requests --------------------------------------------------------------------------------
 
