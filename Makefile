@@ -9,11 +9,17 @@ COURSE := $(VENV)/bin/course
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 DEMO_OUT ?= grading/demo
 
-.PHONY: demo test test-full setup system-packages clean
+.PHONY: demo demo-all test test-full setup system-packages clean
 
 demo: setup
 	$(COURSE) release
 	$(COURSE) grade autograde/demo_submissions --out $(DEMO_OUT) --jobs 2 --demo-specs autograde/demo
+
+# make demo-all: every demo student of every lab, the hostile ones that cost minutes each included
+# (a stalled kernel waits out its cell's limit; floods, hogs and a fork bomb are stopped by the limits).
+demo-all: setup
+	$(COURSE) release
+	$(COURSE) grade autograde/demo_submissions --out $(DEMO_OUT)-all --jobs 2 --demo-specs autograde/demo
 
 # make test is what CI runs (under 20 minutes on 2 cores): every unit and property test, the
 # grader against hostile submissions, a few demo students per lab and one chapter of each kit.

@@ -43,6 +43,7 @@ import operator
 import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import NamedTuple
 
 import regex
@@ -471,8 +472,6 @@ class BPETokenizer:
         self._special_regex = _special_token_regex(self._special_tokens)
         self._token_to_id = {self.id_to_token(token_id): token_id for token_id in range(self.vocab_size)}
         self._word_cache: dict[str, list[int]] = {}
-        # True for the tokenizer of the model file (from_gguf), the one the engine serves with.
-        self._is_model_tokenizer = False
 
     def _check_parts(self) -> None:
         """Every id in range, and every merge's token made of its two parts' bytes."""
@@ -565,8 +564,20 @@ class BPETokenizer:
             eos_token_id=metadata.eos_token_id,
             chat_template=metadata.chat_template,
         )
-        tokenizer._is_model_tokenizer = True
-        return tokenizer
+        return tokenizer._sealed_as_model()
+
+    def _sealed_as_model(self) -> BPETokenizer:
+        """This (the model file's) tokenizer with its tables shared with every other one read from the
+        file, and read-only: what ``_holds_models_tables`` compares with."""
+        key = (tuple(self._token_bytes), tuple(self._merges.items()), tuple(sorted(self._special_tokens.items())))
+        tables = _MODEL_TABLES.get(key)
+        if tables is None:
+            tables = _MODEL_TABLES.setdefault(key, (
+                tuple(self._token_bytes), MappingProxyType(dict(self._merges)),
+                MappingProxyType(dict(self._merge_rank)), MappingProxyType(dict(self._byte_to_id)),
+                MappingProxyType(dict(self._special_tokens))))
+        self._token_bytes, self._merges, self._merge_rank, self._byte_to_id, self._special_tokens = tables
+        return self
 
     # --- vocabulary ----------------------------------------------------------------------------
 
@@ -625,6 +636,7 @@ class BPETokenizer:
 
     def decode_token_bytes(self, token_id: int) -> bytes:
         """The bytes one token stands for (may be part of a UTF-8 character: stream with care)."""
+        self._require_usable("decode_token_bytes", decode_with_merges)
         return self._token_bytes[self._checked_id(token_id, "token_id")]
 
     def _checked_id(self, token_id: object, name: str) -> int:
@@ -645,9 +657,11 @@ class BPETokenizer:
         """A tokenizer of your own merges encodes and decodes only once Lab 0.1 is unlocked.
 
         SmolLM2's tokenizer (``from_gguf``) always works: the engine needs it. One built from merges
-        you trained is what Lab 0.1 chapter 1 asks you to write (``encode``, ``decode``).
+        you trained is what Lab 0.1 chapter 1 asks you to write (``encode``, ``decode``). Which is
+        which is decided from the tables the tokenizer holds, compared with the model file's, never
+        from a flag an object carries.
         """
-        if not self._is_model_tokenizer and is_locked(LAB):
+        if is_locked(LAB) and not _holds_models_tables(self):
             raise NotImplementedError(f"BPETokenizer.{what} with merges of your own: "
                                       + stub_message(reference.__name__, exercise_of(reference)))
 
@@ -686,6 +700,7 @@ class BPETokenizer:
         Each round finds the best rank among the neighbouring pairs, then merges every occurrence
         of that pair in place, left to right (a merged token is never merged again in the round).
         """
+        self._require_usable("encode", encode_with_merges)
         ids = [self._byte_to_id[byte] for byte in data if byte in self._byte_to_id]
         ranks = self._merge_rank
         no_merge = len(ranks)
@@ -748,6 +763,27 @@ class BPETokenizer:
             f"BPETokenizer(vocab_size={self.vocab_size}, merges={len(self._merges)}, "
             f"special_tokens={len(self._special_tokens)})"
         )
+
+
+# The tables of the model file's tokenizer, shared by every tokenizer read from it (see _sealed_as_model).
+_MODEL_TABLES: dict[tuple, tuple] = {}
+
+
+def _holds_models_tables(tokenizer) -> bool:
+    """Whether ``tokenizer`` encodes with the model file's own vocabulary and merges (compared, not flagged).
+
+    The tables of a tokenizer from ``from_gguf`` are the very objects read from the file (a quick
+    identity check); any other object must hold equal ones.
+    """
+    own = (getattr(tokenizer, "_token_bytes", None), getattr(tokenizer, "_merges", None),
+           getattr(tokenizer, "_merge_rank", None), getattr(tokenizer, "_byte_to_id", None),
+           getattr(tokenizer, "_special_tokens", None))
+    for tables in _MODEL_TABLES.values():
+        if all(mine is theirs for mine, theirs in zip(own, tables)):
+            return True
+        if all(type(mine) is type(theirs) and mine == theirs for mine, theirs in zip(own, tables)):
+            return True
+    return False
 
 
 def _compile_chat_template(template: str):

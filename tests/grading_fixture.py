@@ -151,12 +151,102 @@ for target in glob.glob("/tmp/**/gradebook.db", recursive=True) + ["/tmp/course-
     except OSError:
         pass
 """
+# Attacks on the grader itself (graded with small limits: see LIMITS), each in an otherwise honest submission.
+MEMORY_HOG = """
+import os, time
+def double(x):
+    return 2 * x
+for _ in range(4):
+    if os.fork() == 0:
+        block = bytearray(400 << 20)
+        time.sleep(120)
+        os._exit(0)
+time.sleep(120)
+"""
+PROCESS_STORM = """
+import os, time
+def double(x):
+    return 2 * x
+while True:
+    try:
+        os.fork()
+    except OSError:
+        time.sleep(0.01)
+"""
+DISK_FILLER = """
+def add_one(x):
+    return x + 1
+import os
+for folder in (".", "/tmp", "/dev/shm"):
+    for index in range(40):
+        try:
+            with open(os.path.join(folder, f"fill-{index}"), "wb") as file:
+                file.write(b"x" * (8 << 20))
+        except OSError as error:
+            print(folder, "full:", error.strerror)
+            break
+try:
+    open("/tmp/big", "wb").write(b"y" * (600 << 20))
+except (OSError, MemoryError) as error:
+    print("big file:", type(error).__name__)
+"""
+OUTPUT_FLOOD = """
+def add_one(x):
+    return x + 1
+import os
+from IPython.display import display
+print("FLOOD-HEAD" + "x" * (20 << 20) + "FLOOD-TAIL")
+os.write(1, b"fd" * (5 << 20))
+display({"image/png": "A" * (10 << 20), "text/plain": "<a 10 MB image>"}, raw=True)
+raise ValueError("m" * (5 << 20))
+"""
+PRINT_HIDDEN = """
+def add_one(x):
+    print("ARGS", x)
+    return x + 1
+"""
+FEEDBACK_SCRIPT = """
+def add_one(x):
+    return x + 1
+from IPython.display import HTML, display
+display(HTML("<script>document.title='owned'</script><img src=x onerror=alert(1)>"
+             "<div class='verdict'>All tests passed: 77/77</div>"))
+"""
+MODULE_BY_NAME = """
+import types
+double = types.ModuleType("course_lib.server.__main__")
+"""
+STALL = """
+def add_one(x):
+    return x + 1
+import os, signal
+from course_lib.grading import channel
+_fill = channel.FrameReader._fill
+def _stop_on_a_large_frame(reader, needed, deadline):
+    if needed > (1 << 20):
+        os.kill(os.getpid(), signal.SIGSTOP)
+    return _fill(reader, needed, deadline)
+channel.FrameReader._fill = _stop_on_a_large_frame
+"""
+STALL_PADDING = "def double(x):\n    return 2 * x\n" + ("# " + "p" * 100 + "\n") * 13_000
+# The limits of the grading run: small, so that each attack is cheap to stop.
+LIMITS = "memory=1GB,processes=128,disk=128MB,file=64MB"
+
 ATTACKS = {
     "attack-patch-checks": dict(answers={"double": PATCH_CHECKS}),
     "attack-fake-gpu": dict(answers={"add_one": FAKE_GPU}),
     "attack-lying-eq": dict(answers={"add_one": LYING_EQ}),
     "attack-read-secrets": dict(answers={"add_one": READ_SECRETS}),
     "attack-write-outside": dict(answers={"add_one": WRITE_OUTSIDE}),
+    "attack-memory-hog": dict(answers={"double": MEMORY_HOG}),
+    "attack-process-storm": dict(answers={"double": PROCESS_STORM}),
+    "attack-disk-filler": dict(answers={"add_one": DISK_FILLER}),
+    "attack-output-flood": dict(answers={"add_one": OUTPUT_FLOOD}),
+    "attack-print-hidden": dict(answers={"add_one": PRINT_HIDDEN}),
+    "attack-feedback-script": dict(answers={"add_one": FEEDBACK_SCRIPT}),
+    "attack-module-by-name": dict(answers={"double": MODULE_BY_NAME}),
+    "attack-stall": dict(answers={"add_one": STALL, "double": STALL_PADDING}),
+    "attack-forged-timestamp": dict(mutation="timestamp"),
 }
 STUDENTS.update(ATTACKS)
 
@@ -177,7 +267,17 @@ EXPECTED_CPU = {
     "attack-lying-eq": (5, 8),       # an object equal to everything is not 2
     "attack-read-secrets": (8, 8),   # honest answers: full marks, and nothing secret in its outputs
     "attack-write-outside": (8, 8),
+    "attack-memory-hog": (5, 8),     # stopped at the memory limit in double's cell: test_double not run
+    "attack-process-storm": (5, 8),  # stopped at the process limit, the same way
+    "attack-disk-filler": (8, 8),    # its writes fail in its own code; nothing else changes
+    "attack-output-flood": (8, 8),
+    "attack-print-hidden": (8, 8),
+    "attack-feedback-script": (8, 8),
+    "attack-module-by-name": (5, 8),   # a module is not a function: test_double fails, nothing is imported
+    "attack-stall": (5, 8),          # the write of its 1.3 MB cell ends at the deadline: killed there
+    "attack-forged-timestamp": (8, 8),
 }
+FORGED_TIMESTAMP = "2001-01-01 00:00:00.000000 UTC\n<script>alert('gradebook')</script>\n"
 
 
 def write_submissions(release_dir: Path, solutions_lab: Path, out_dir: Path) -> Path:
@@ -197,6 +297,8 @@ def write_submissions(release_dir: Path, solutions_lab: Path, out_dir: Path) -> 
                         cell.source = ""  # emptied
                 notebook.cells = [c for c in notebook.cells
                                   if c.metadata.get("nbgrader", {}).get("grade_id") != "test_warnings"]  # deleted
+            if name == "ch1" and mutation == "timestamp":
+                (folder / "timestamp.txt").write_text(FORGED_TIMESTAMP)
             if name == "ch1" and mutation == "not-json":
                 path.write_text('{"cells": [ this is not json')
                 continue

@@ -114,9 +114,12 @@ def graded_max_scores(lab: str) -> dict[str, float]:
     return maxima
 
 
-# Graded on every run. The other attacks (a no-op'd check, a fake NeedsGPU) are the same mechanisms
-# test_grading_rules proves on its small fixture lab; make demo grades them on the real labs.
-SUITE_ATTACKS = ("attack-borrow-the-reference", "attack-read-secrets")
+# Graded on every run. The other attacks (a no-op'd check, a fake NeedsGPU, and those on the grader
+# itself: limits, floods, a stall) are the same mechanisms test_grading_rules proves on its small
+# fixture lab; make demo-all and test_grader_attacks.py (make test-full) grade them on the real labs.
+# Borrowed platform helpers and the tokenizer's guard rest on the real edition: graded here.
+SUITE_ATTACKS = ("attack-borrow-the-reference", "attack-read-secrets", "attack-borrow-platform-helpers",
+                 "attack-tokenizer-guard")
 
 
 @pytest.fixture(scope="module")

@@ -66,7 +66,7 @@ class KernelHandler:
         shadowed = StudentThing(5)
         shadowed.double = lambda: "the instance's own"
         self.namespace = {"thing": StudentThing(21), "make_thing": StudentThing, "values": [1, 2.5, "x"],
-                          "raise_fake_gpu": self.raise_fake_gpu, "shadowed": shadowed}
+                          "raise_fake_gpu": self.raise_fake_gpu, "shadowed": shadowed, "a_module": os}
         self.endpoint: Endpoint | None = None
 
     @staticmethod
@@ -90,6 +90,9 @@ class KernelHandler:
             return {"len": len, "iter": iter, "next": next, "repr": repr}[operation](target, *operation_args)
         if op == "echo":
             return args[0]
+        if op == "echo_after_a_late_reply":   # a reply to an earlier request the grader gave up on
+            self.endpoint.send({"reply": args[0], "value": "late"})
+            return args[1]
         if op == "use_shared":
             shared, method = args
             return getattr(shared, method)(5) if method != "__call__" else shared(5)
@@ -342,8 +345,97 @@ def test_a_method_call_on_a_handle_is_one_request_and_looks_the_method_up_when_c
         assert isinstance(echoed, RemoteObject) and echoed() == 42
 
 
-def test_module_names_are_received_only_from_the_allowlist():
+def test_a_module_from_the_kernel_is_a_handle_and_never_imported_in_the_grader():
+    """A module object the kernel returns crosses as a handle; a frame that names a module (the old way,
+    or an enum of a course module the grader never loaded) is refused without importing anything."""
+    import io
+    import sys
+
     with channel_pair() as (grader, _, _):
-        assert grader.receive_module("torch") is torch
-        with pytest.raises(ProtocolError, match="not one a test cell may receive"):
-            grader.receive_module("subprocess")
+        module = grader.request("global", "a_module")
+        assert isinstance(module, RemoteObject) and module is not os
+    to_read, to_write = os.pipe()
+    try:
+        endpoint = Endpoint(to_read, to_write, GRADER, lambda op, args: None)
+        unloaded = "course_lib.grading.__never_loaded__"
+
+        class Persistent(pickle.Pickler):
+            def persistent_id(self, obj):
+                return obj if isinstance(obj, tuple) and obj and obj[0] in ("module", "enum", "dataclass") else None
+
+        for pid in [("module", "course_lib.server.__main__"), ("enum", unloaded, "Kind", "A"),
+                    ("dataclass", unloaded, "Thing", {})]:
+            buffer = io.BytesIO()
+            Persistent(buffer, protocol=5).dump({"reply": 1, "value": pid})
+            with pytest.raises(ProtocolError):
+                endpoint.loads(buffer.getvalue())
+            assert pid[1] not in sys.modules
+        assert rebuild_error({"type": "Boom", "module": unloaded, "message": "x"}, trusted=False).ename == "Boom"
+        assert unloaded not in sys.modules
+    finally:
+        os.close(to_read)
+        os.close(to_write)
+
+
+def test_a_write_to_a_kernel_that_stopped_reading_ends_at_the_deadline():
+    """write_frame never blocks past its deadline: on_timeout decides (here: give up)."""
+    import time
+
+    from course_lib.grading.channel import ChannelTimeout, write_frame
+
+    read_fd, write_fd = os.pipe()
+    try:
+        started = time.monotonic()
+        with pytest.raises(ChannelTimeout):
+            write_frame(write_fd, b"x" * (4 << 20), deadline=time.monotonic() + 0.5)
+        assert time.monotonic() - started < 5
+        calls = []
+
+        def on_timeout():
+            calls.append(1)
+            if len(calls) > 1:
+                raise TimeoutError("given up")
+            return time.monotonic() + 0.2
+
+        with pytest.raises(TimeoutError, match="given up"):
+            write_frame(write_fd, b"x" * (4 << 20), deadline=time.monotonic() + 0.2, on_timeout=on_timeout)
+        assert len(calls) == 2
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def test_the_grader_reads_no_frame_larger_than_its_kernel_limit():
+    from course_lib.grading.channel import MAX_KERNEL_FRAME_BYTES, FrameReader
+
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, (MAX_KERNEL_FRAME_BYTES + 1).to_bytes(8, "big"))
+        with pytest.raises(ProtocolError, match="limit"):
+            FrameReader(read_fd, MAX_KERNEL_FRAME_BYTES).read(deadline=None)
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def test_exception_messages_and_tracebacks_cross_clipped_both_ways():
+    from course_lib.grading.bounded import MESSAGE_BYTES, TRACEBACK_BYTES
+
+    described = describe_error(ValueError("m" * (30 << 20)))
+    assert len(described["message"]) < MESSAGE_BYTES + 200 and "bytes of error message cut" in described["message"]
+    forged = {"type": "T" * 10_000, "module": "__main__", "message": "x" * (5 << 20), "traceback": "t" * (5 << 20)}
+    rebuilt = rebuild_error(forged, trusted=False)
+    assert isinstance(rebuilt, StudentError)
+    assert len(str(rebuilt)) < MESSAGE_BYTES + 1000
+    assert len(rebuilt.remote_traceback) < TRACEBACK_BYTES + 200
+    assert rebuild_error("not a dict", trusted=False) is not None
+
+
+def test_a_late_reply_to_an_abandoned_request_is_dropped():
+    """A request the grader gave up on (its cell timed out) may be answered later: that reply must not
+    be taken for the next request's, nor break the channel."""
+    with channel_pair() as (grader, _, _):
+        grader._abandoned.add(10_000)
+        assert grader.request("echo_after_a_late_reply", 10_000, "fresh") == "fresh"
+        with pytest.raises(ProtocolError):   # a reply to a request never made is still refused
+            grader.request("echo_after_a_late_reply", 20_000, "fresh")

@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 
 from course_lib.grading.preprocessors import strip_hidden_tests
-from tests.grading_fixture import EXPECTED_CPU, HIDDEN_MARKER, LAB, write_fixture_lab, write_submissions
+from tests.grading_fixture import EXPECTED_CPU, HIDDEN_MARKER, LAB, LIMITS, write_fixture_lab, write_submissions
 
 pytestmark = pytest.mark.slow
 GPU_CHECK_PASSES = {"correct", "noisy", "tampered", "wrong-hidden", "attack-fake-gpu", "attack-lying-eq",
-                    "attack-read-secrets", "attack-write-outside"}
+                    "attack-read-secrets", "attack-write-outside", "attack-disk-filler", "attack-output-flood",
+                    "attack-print-hidden", "attack-feedback-script", "attack-forged-timestamp"}
 GPU = False
 try:
     import torch
@@ -42,7 +43,7 @@ def graded(tmp_path_factory):
     assert release.returncode == 0, release.stdout + release.stderr
     write_submissions(root / "labs" / LAB, solutions_lab, root / "submissions")
     run = course("grade", "submissions", "--solutions", "solutions", "--out", "out", "--timeout", "10",
-                 "--jobs", "2", cwd=root)
+                 "--jobs", "2", "--limits", LIMITS, cwd=root)
     report = json.loads((root / "out" / "report.json").read_text()) if (root / "out" / "report.json").exists() else None
     return root, run, report
 
@@ -239,3 +240,89 @@ def test_a_submission_cannot_write_outside_its_folder(graded):
     assert not Path("/tmp/course-escape.txt").exists()
     assert not (Path.home() / "course-escape.txt").exists()
     assert "overwritten" not in (root / "out" / "report.json").read_text()
+
+
+# ---- attacks on the grader itself: each costs only its own cells, and nothing of it leaks or lasts --------
+
+
+def feedback_page(root: Path, student: str, notebook: str = "ch1") -> str:
+    return (root / "out" / "feedback" / student / LAB / f"{notebook}.html").read_text()
+
+
+def test_the_header_names_the_limits_in_force(graded):
+    _, run, report = graded
+    assert "Limits per kernel: memory 1 GB, 128 processes" in run.stderr
+    assert report["kernel_limits"]["processes"] == 128
+
+
+@pytest.mark.parametrize("student,words", [("attack-memory-hog", "memory limit of 1 GB reached"),
+                                           ("attack-process-storm", "process limit of 128 reached")])
+def test_a_kernel_past_a_limit_loses_its_cells_with_the_reason(graded, student, words):
+    _, _, report = graded
+    entry = by_student(report)[student]
+    died = cell(entry, "ch1", "test_double")
+    assert died["status"] in ("kernel died", "not run") and words in died["reason"], died
+    assert cell(entry, "ch1", "test_add_one")["status"] == "passed"
+    assert cell(entry, "ch2", "test_square")["status"] == "passed", "the next notebook gets a fresh kernel"
+
+
+def test_a_stalled_kernel_is_killed_at_the_deadline_and_graded_as_far_as_it_got(graded):
+    root, _, report = graded
+    entry = by_student(report)["attack-stall"]
+    assert cell(entry, "ch1", "test_add_one")["status"] == "passed"
+    assert cell(entry, "ch1", "test_double")["status"] == "not run"
+    stored = json.loads((root / "out" / "results" / LAB / "attack-stall.json").read_text())
+    assert stored["elapsed_s"] < 240, "bounded by the cell's limit and the kill's grace, not hours"
+
+
+def test_an_output_flood_stays_small_everywhere_it_goes(graded):
+    root, _, _ = graded
+    page = feedback_page(root, "attack-output-flood")
+    assert len(page) < 3 << 20 and "bytes of printed output cut here" in page
+    assert "FLOOD-HEAD" in page and "FLOOD-TAIL" in page
+    notebook = root / "out" / "autograded" / "attack-output-flood" / LAB / "ch1.ipynb"
+    assert notebook.stat().st_size < 4 << 20
+    assert (root / "out" / "results" / LAB / "attack-output-flood.json").stat().st_size < 200_000
+    assert (root / "out" / "report.json").stat().st_size < 2 << 20
+
+
+def test_what_the_student_prints_during_hidden_checks_is_not_shown(graded):
+    root, _, _ = graded
+    page = feedback_page(root, "attack-print-hidden")
+    assert "ARGS 1" in page, "output during visible checks is kept"
+    assert "ARGS 41" not in page, "the hidden input 41 must not reach the feedback"
+    assert "output printed by your code during hidden checks is not shown" in page
+    notebook = json.loads((root / "out" / "autograded" / "attack-print-hidden" / LAB / "ch1.ipynb").read_text())
+    outputs = json.dumps([c.get("outputs", []) for c in notebook["cells"]])
+    assert "ARGS 41" not in outputs
+
+
+def test_feedback_pages_run_no_script_and_show_the_graders_verdict(graded):
+    from tests.test_grading_bounds import unsafe_tags
+
+    root, _, _ = graded
+    for page_path in (root / "out" / "feedback").rglob("*.html"):
+        page = page_path.read_text()
+        assert unsafe_tags(page) == [], page_path
+        assert "Content-Security-Policy" in page and "course-grader-verdict" in page, page_path
+    page = feedback_page(root, "attack-feedback-script")
+    assert "<div class='verdict'>" not in page, "the student's HTML is never rendered (its source shows, escaped)"
+    assert "Grader's verdict: 6 / 6 points" in page
+
+
+def test_a_module_from_the_kernel_is_never_imported_by_the_grader(graded):
+    _, _, report = graded
+    entry = by_student(report)["attack-module-by-name"]
+    assert cell(entry, "ch1", "test_double")["status"] in ("error", "failed")
+    assert cell(entry, "ch1", "test_add_one")["status"] == "passed"
+
+
+def test_a_timestamp_that_is_not_one_is_refused_and_reported(graded):
+    root, _, report = graded
+    entry = by_student(report)["attack-forged-timestamp"]
+    assert entry["timestamp"] is None
+    assert any("timestamp.txt is not one timestamp" in problem for problem in entry["problems"])
+    with open(root / "out" / "grades.csv", newline="") as handle:
+        rows = {row["student_id"]: row for row in csv.DictReader(handle)}
+    assert rows["attack-forged-timestamp"]["timestamp"] == ""
+    assert "<script>" not in (root / "out" / "report.json").read_text()

@@ -12,8 +12,13 @@ Shared helpers for the lab check modules:
 - ``one_thread()`` runs torch on one thread inside a ``with`` block, for checks made of many tiny
   operations;
 - ``fail``, ``check``, ``expect_equal``, ``expect_close`` raise the house-format feedback;
-- ``require_own_implementation`` refuses an answer that re-exports the course's reference (a
-  friendly hint in the student kit; when grading, the student's kernel has no reference to call);
+- ``require_own_implementation`` refuses an answer that re-exports the course's reference, or
+  wraps it: a friendly hint in the student kit, and when grading the grader asks the student's
+  kernel where the code behind the answer comes from (``origin_facts``: the submission or the
+  library) and judges the answer here;
+- ``hidden_check()`` is True while a hidden test runs (when grading): ``fail`` then leaves out what
+  the student's code returned, and ``call_student`` the message of its exception, since what the
+  student's code puts there may be the hidden inputs it was given;
 - ``make(factory, *args)`` builds a platform object *next to the student's code*: locally it is
   ``factory(*args)``; when grading, the student's kernel builds it from its own edition of the
   library and the check gets a handle (see course_lib.grading.remote). Use it for anything the
@@ -64,6 +69,8 @@ __all__ = [
     "expect_close",
     "fail",
     "attributes",
+    "hidden_check",
+    "origin_facts",
     "is_remote",
     "type_name",
     "make",
@@ -96,13 +103,23 @@ class NeedsGPU(Exception):
     """Raised by a check that can only run on a CUDA GPU; graders report it as skipped."""
 
 
+# Set by the grader while the hidden tests of a test cell run.
+_HIDDEN_CHECK: ContextVar[bool] = ContextVar("course_hidden_check", default=False)
+HIDDEN_VALUE = "(not shown for a hidden check)"
+
+
+def hidden_check() -> bool:
+    """True while the grader runs a test cell's hidden tests (see the module docstring)."""
+    return _HIDDEN_CHECK.get()
+
+
 def fail(what: str, *, expected: Any = None, got: Any = None, hint: str | None = None,
          show_values: bool = True) -> None:
-    """Raise CheckFailed with the house format: what, expected, got, hint."""
+    """Raise CheckFailed with the house format: what, expected, got, hint (got left out in a hidden check)."""
     lines = [what]
     if show_values:
         lines.append(f"  expected: {short_repr(expected)}")
-        lines.append(f"  got:      {short_repr(got)}")
+        lines.append(f"  got:      {HIDDEN_VALUE if hidden_check() else short_repr(got)}")
     if hint:
         lines.append(f"  hint: {hint}")
     raise CheckFailed("\n".join(lines))
@@ -164,7 +181,8 @@ def call_student(function: Callable, name: str, /, *args: Any, copy_args: bool =
 
 
 def _crash_feedback(error: Exception, call: str, hints: Mapping[type[BaseException], str] | None) -> CheckFailed:
-    return CheckFailed(f"{call} raised {type(error).__name__}: {error}\n  hint: {_crash_hint(error, hints or {})}")
+    message = HIDDEN_VALUE if hidden_check() else error
+    return CheckFailed(f"{call} raised {type(error).__name__}: {message}\n  hint: {_crash_hint(error, hints or {})}")
 
 
 def answer_of(result: tuple[str, Any], call: str, *, hints: Mapping[type[BaseException], str] | None = None) -> Any:
@@ -179,6 +197,8 @@ def answer_of(result: tuple[str, Any], call: str, *, hints: Mapping[type[BaseExc
 
 
 def _describe_call(name: str, args: tuple, kwargs: dict[str, Any]) -> str:
+    if hidden_check():   # the arguments are the hidden inputs
+        return f"{name}(<the hidden check's inputs>)"
     shown = [short_repr(argument) for argument in args]
     shown += [f"{key}={short_repr(value)}" for key, value in kwargs.items()]
     return f"{name}({', '.join(shown)})"
@@ -339,56 +359,139 @@ def _defined_in_course_lib(obj: Any) -> bool:
 def require_own_implementation(obj: Callable | type, name: str) -> None:
     """Fail when the student's ``obj`` is (or only wraps) the course's reference implementation.
 
-    Catches ``from course_lib.x import f as my_f``, one-line wrappers that call a reference
-    function or class (a global name, a closure variable, or an attribute of a ``course_lib``
-    module such as ``tokenizer.merge_pair``). Reference names are those lab check modules
-    register with ``register_reference_names``; other course helpers stay allowed.
+    Catches ``from course_lib.x import f as my_f``, ``functools.partial`` of a reference, one-line
+    wrappers that call a reference function or class (a global name, a closure variable, or an
+    attribute of a ``course_lib`` module such as ``tokenizer.merge_pair``), and callable objects or
+    classes whose methods do. Reference names are those lab check modules register with
+    ``register_reference_names``; other course helpers stay allowed. When grading, ``obj`` is a
+    handle: the student's kernel reports where its code comes from (``origin_facts``) and the
+    judgement is made here.
     """
     if obj is None:
         fail(f"{name} is None", hint=f"define {name} in the answer cell above and run that cell.",
              show_values=False)
     if is_remote(obj):
-        return  # graded: the student's kernel holds no reference to delegate to
-    if _defined_in_course_lib(obj):
-        fail(
-            f"{name} is the course's reference implementation ({obj.__module__}), not your own code.",
-            hint="write the function yourself in the answer cell; re-exporting the reference earns no points.",
-            show_values=False,
-        )
-    functions = [obj] if callable(obj) and not isinstance(obj, type) else [
-        member for member in vars(obj).values() if callable(member)
-    ]
-    for function in functions:
-        _require_no_reference_calls(function, name)
-
-
-def _require_no_reference_calls(function: Callable, name: str) -> None:
-    code = getattr(function, "__code__", None)
-    if code is None:
-        return
-    namespace = dict(getattr(function, "__globals__", {}))
-    for free_name, cell in zip(code.co_freevars, getattr(function, "__closure__", None) or ()):
         try:
-            namespace[free_name] = cell.cell_contents
-        except ValueError:  # a closure variable not assigned yet
+            facts = object.__getattribute__(obj, "_request")("origin")
+        except Exception:  # noqa: BLE001 - a kernel that cannot say is judged by its results alone
+            return
+    else:
+        facts = origin_facts(obj)
+    _judge_origin(facts, name)
+
+
+_MAX_UNWRAP = 8
+
+
+def _unwrapped(obj: Any) -> list[Any]:
+    """``obj`` and what it stands for: a partial's function, a bound method's function, a wrapper's
+    ``__wrapped__``, a callable object's class."""
+    import functools
+
+    found, todo = [], [obj]
+    while todo and len(found) < _MAX_UNWRAP:
+        current = todo.pop()
+        if any(current is seen for seen in found):
             continue
-    names = _names_in_code(code) | set(code.co_freevars)
-    hint = "write the logic yourself; calling the reference earns no points."
-    uses_course_module = False
-    for referenced in names:
-        target = namespace.get(referenced)
-        if isinstance(target, types.ModuleType):
-            uses_course_module |= target.__name__.startswith("course_lib")
-        elif _is_reference(target):
-            fail(f"{name} calls the course's reference {target.__module__}.{target.__name__}.", hint=hint,
-                 show_values=False)
-    if not uses_course_module:
+        found.append(current)
+        if isinstance(current, functools.partial):
+            todo.append(current.func)
+        inner = getattr(current, "__func__", None) if isinstance(current, types.MethodType) else None
+        if inner is not None:
+            todo.append(inner)
+        wrapped = current.__dict__.get("__wrapped__") if isinstance(getattr(current, "__dict__", None), dict) else None
+        if wrapped is not None:
+            todo.append(wrapped)
+        if not isinstance(current, (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+                                    functools.partial, types.ModuleType)) and callable(current):
+            todo.append(type(current))
+    return found
+
+
+def _describe_target(target: Any) -> dict:
+    if isinstance(target, types.ModuleType):
+        return {"kind": "module", "module": str(target.__name__)}
+    module = getattr(target, "__module__", None)
+    return {"kind": "object", "module": module if isinstance(module, str) else "",
+            "name": str(getattr(target, "__name__", "") or "")[:200]}
+
+
+def origin_facts(obj: Any) -> dict:
+    """Where the code behind ``obj`` comes from, as plain data (run in the student's kernel when grading).
+
+    ``library``: ``obj`` (or what it wraps) is defined in course_lib; ``functions``: for each plain
+    function it is or holds (a class's methods), the names its code reads and what each one is in
+    its globals or closure (a course_lib module, a course_lib object, something else, missing).
+    """
+    facts: dict[str, Any] = {"library": [], "functions": []}
+    functions: list[Any] = []
+    for target in _unwrapped(obj):
+        if _defined_in_course_lib(target) or (isinstance(target, type) and _defined_in_course_lib(target)):
+            facts["library"].append(f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', '')}")
+            continue
+        if isinstance(target, types.FunctionType):
+            functions.append(target)
+        elif isinstance(target, type):
+            functions.extend(member for member in vars(target).values() if isinstance(member, types.FunctionType))
+    for function in functions[:64]:
+        code = function.__code__
+        namespace = dict(function.__globals__)
+        for free_name, cell in zip(code.co_freevars, function.__closure__ or ()):
+            try:
+                namespace[free_name] = cell.cell_contents
+            except ValueError:  # a closure variable not assigned yet
+                continue
+        references = {}
+        for referenced in sorted(_names_in_code(code) | set(code.co_freevars))[:500]:
+            if referenced not in namespace:
+                references[referenced] = {"kind": "missing"}
+                continue
+            target = namespace[referenced]
+            if isinstance(target, types.ModuleType) or _defined_in_course_lib(target):
+                references[referenced] = _describe_target(target)
+            else:
+                references[referenced] = {"kind": "other"}
+        facts["functions"].append({"name": str(function.__qualname__)[:200], "references": references})
+    return facts
+
+
+def _judge_origin(facts: Any, name: str) -> None:
+    """Fail for an answer whose origin facts show the course's reference behind it."""
+    if not isinstance(facts, dict):
         return
-    for referenced in sorted(names & _REFERENCE_NAMES):
-        own = namespace.get(referenced)
-        if own is None or _is_reference(own):
-            fail(f"{name} reaches the course's reference {referenced!r} through a course_lib module.", hint=hint,
-                 show_values=False)
+    library = [str(item) for item in facts.get("library") or [] if isinstance(item, str)]
+    if library:
+        fail(f"{name} is the course's reference implementation ({library[0][:200]}), not your own code.",
+             hint="write the function yourself in the answer cell; re-exporting the reference earns no points.",
+             show_values=False)
+    hint = "write the logic yourself; calling the reference earns no points."
+    for function in facts.get("functions") or []:
+        references = function.get("references") if isinstance(function, dict) else None
+        if not isinstance(references, dict):
+            continue
+        uses_course_module = False
+        for referenced, target in references.items():
+            if not isinstance(target, dict):
+                continue
+            module = str(target.get("module", ""))
+            if target.get("kind") == "module":
+                uses_course_module |= module.startswith("course_lib")
+            elif target.get("kind") == "object" and _is_reference_name(module, str(target.get("name", ""))):
+                fail(f"{name} calls the course's reference {module}.{target.get('name')}.", hint=hint,
+                     show_values=False)
+        if not uses_course_module:
+            continue
+        for referenced in sorted(set(references) & _REFERENCE_NAMES):
+            target = references[referenced]
+            if not isinstance(target, dict) or target.get("kind") == "missing" or (
+                    target.get("kind") == "object" and _is_reference_name(str(target.get("module", "")),
+                                                                          str(target.get("name", "")))):
+                fail(f"{name} reaches the course's reference {referenced!r} through a course_lib module.", hint=hint,
+                     show_values=False)
+
+
+def _is_reference_name(module: str, name: str) -> bool:
+    return (module == "course_lib" or module.startswith("course_lib.")) and name in _REFERENCE_NAMES
 
 
 def _is_reference(target: object) -> bool:

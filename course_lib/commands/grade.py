@@ -25,6 +25,16 @@ first; warnings printed to stderr never cost points; checks that need a GPU are 
 "skipped: needs a GPU" on a CPU and left out of max_score (Triton code runs under
 TRITON_INTERPRET=1 there).
 
+Each notebook runs in a kernel with limits (autograder.io's defaults: 4 GB of memory, 512
+processes): memory, processes, CPU time, file size, disk (the working folder and /tmp), the
+notebook's wall time and the output a cell keeps. `course grade` prints them and how this machine
+enforces each; --limits changes them (key=value pairs, or a file of `key = value` lines):
+
+    --limits memory=2GB,processes=256,cpu=30m,file=512MB,disk=2GB,notebook=20m,output=4MB,stream=200KB
+
+A kernel that passes a limit loses the cells it was running, with the reason in its feedback
+("memory limit of 4 GB reached"); every other submission is graded as usual.
+
 Grading runs on Dask: --jobs N starts N local worker processes (one submission each at a
 time); --cluster tcp://HOST:PORT uses a scheduler you started (`dask scheduler`, then
 `dask worker tcp://HOST:PORT --nworkers 2 --nthreads 1` on each lab machine, with
@@ -62,6 +72,10 @@ def add_arguments(parser) -> None:
                         help="where results/, feedback/, grades.csv, report.json, gradebook.db go (default: ./grading)")
     parser.add_argument("--timeout", type=int, default=120, metavar="SECONDS",
                         help="time limit per notebook cell in seconds (default: 120)")
+    parser.add_argument("--limits", action="append", metavar="KEY=VALUE,...|FILE",
+                        help="the kernels' limits: memory, processes, cpu, file, disk, notebook, output, stream "
+                             "(default: memory=4GB,processes=512,cpu=20m,file=1GB,disk=1GB,notebook=15m,output=2MB,"
+                             "stream=100KB); a FILE holds one key = value per line")
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="local Dask worker processes, each grading one submission at a time (default: 1)")
     parser.add_argument("--cluster", metavar="tcp://HOST:PORT",
@@ -80,14 +94,21 @@ def run(args) -> int:
     from course_lib.grading.dispatch import GradeRun, gpu_cells_skipped, grade
     from course_lib.grading.layout import GradingError, find_repo_root, list_labs
     from course_lib.grading.outputs import write_class_outputs
+    from course_lib.grading.limits import LimitsError, parse_limits
     from course_lib.grading.report import one_line_summary, score_table
     from course_lib.grading.sandbox import detect_isolation
+    from course_lib.grading.watchdog import enforcement
     from course_lib.handin.unpack import has_zips
 
     for name, value in (("--timeout", args.timeout), ("--jobs", args.jobs), ("--connect-timeout", args.connect_timeout)):
         if value <= 0 or (name != "--connect-timeout" and value < 1):
             print(f"course grade: {name} must be at least 1, got {value:g}", file=sys.stderr)
             return 2
+    try:
+        limits = parse_limits(args.limits)
+    except LimitsError as error:
+        print(f"course grade: {error}", file=sys.stderr)
+        return 2
     out = args.out.resolve()
     refused_zips: list[str] = []
     try:
@@ -99,7 +120,12 @@ def run(args) -> int:
             raise GradingError(f"unknown lab {args.lab!r}; labs in {solutions_dir}: {', '.join(known_labs) or 'none'}")
         where = args.cluster or f"{args.jobs} local worker{'s' if args.jobs > 1 else ''}"
         print(f"Grading {args.submissions} on {where}; per-cell limit {args.timeout} s", file=sys.stderr)
-        print(f"Student kernels: {detect_isolation().description}", file=sys.stderr)
+        isolation = detect_isolation()
+        print(f"Student kernels: {isolation.description}", file=sys.stderr)
+        own_user = isolation.name != "none" and _can_switch_user()
+        print(f"Limits per kernel: {limits.summary()}", file=sys.stderr)
+        for line in enforcement(limits, sandbox=isolation.name, own_user=own_user):
+            print(f"  {line}", file=sys.stderr)
 
         def on_start(run) -> None:
             gpus = sum(worker.gpu for worker in run.workers)
@@ -112,7 +138,7 @@ def run(args) -> int:
             grade(args.submissions.resolve(), out, solutions_dir=solutions_dir, known_labs=known_labs,
                         only_lab=args.lab, only_student=args.student, timeout=args.timeout, jobs=args.jobs,
                         cluster=args.cluster, resume=args.resume, connect_timeout=args.connect_timeout,
-                        on_start=on_start, run=run)
+                        on_start=on_start, run=run, limits=limits)
             finished = True
         finally:
             # Whatever stopped the run (an error, Ctrl-C), the class files are rebuilt from the results kept.
@@ -121,7 +147,7 @@ def run(args) -> int:
                 device = ("GPU workers for GPU-only checks" if run.gpu_route
                           else "CPU (GPU-only checks are skipped; Triton runs interpreted)")
                 outputs = write_class_outputs(out, solutions_dir, problems=problems, device=device,
-                                              timeout=args.timeout)
+                                              timeout=args.timeout, limits=limits.as_dict())
             else:
                 outputs = None
     except GradingError as error:
@@ -160,6 +186,14 @@ def run(args) -> int:
     if args.demo_specs and outputs:
         return _compare_with_demo_specs(outputs.report, args.demo_specs)
     return 0
+
+
+def _can_switch_user() -> bool:
+    """Whether sandboxed kernels get a user id of their own here (root, with setpriv)."""
+    import os
+    import shutil
+
+    return os.geteuid() == 0 and shutil.which("setpriv") is not None
 
 
 def _unpack(submissions: Path, out: Path) -> tuple[Path, list[str]]:

@@ -26,6 +26,7 @@ import nbformat
 
 from course_lib.grading.edition import build_edition
 from course_lib.grading.execute import GradingSettings
+from course_lib.grading.feedback import finish_page
 from course_lib.grading.layout import COURSE_ID, LAB_NAME, SAFE_ID, GradingError, Workspace, gpu_available
 from course_lib.grading.notebooks import MalformedNotebook, grade_cells, read_notebook
 from course_lib.grading.release import generate_release
@@ -91,6 +92,7 @@ class Grader:
         self.settings = settings
         self.sources = {path.stem: nbformat.read(path, as_version=4)
                         for path in sorted((solutions_dir / lab).glob("*.ipynb"))}
+        self.code_cells: dict[str, list[int]] = {}   # student -> code cells of each staged notebook
 
     def grade_all(self, submissions: list[Submission], *, release: bool = True) -> list[LabResult]:
         """Grade ``submissions``; ``release=False`` when generate_assignment already ran in this workspace."""
@@ -129,26 +131,38 @@ class Grader:
             result.problems.append(f"{extra}: not a notebook of {self.lab}; ignored")
         for name, source in self.sources.items():
             path = submission.folder / f"{name}.ipynb"
+            if path.is_symlink():
+                result.notebooks.append(missing_notebook(name, source, "malformed",
+                                                         f"{name}.ipynb is a link, not a notebook: not graded"))
+                continue
             if not path.is_file():
                 result.notebooks.append(missing_notebook(name, source, "missing", f"{name}.ipynb was not submitted"))
                 continue
             try:
-                read_notebook(path)
+                submitted = read_notebook(path)
             except MalformedNotebook as error:
                 result.notebooks.append(missing_notebook(name, source, "malformed", f"{name}.ipynb is unreadable: {error}"))
                 continue
             shutil.copy2(path, target / path.name)
             staged.add(name)
+            # Test cells nbgrader restores run too: count the larger of the two.
+            self.code_cells.setdefault(submission.student, []).append(max(_code_cells(submitted), _code_cells(source)))
         timestamp_file = submission.folder / "timestamp.txt"
-        if timestamp_file.is_file():
-            shutil.copy2(timestamp_file, target / "timestamp.txt")
-            result.timestamp = timestamp_file.read_text().strip()
+        if timestamp_file.is_file() and not timestamp_file.is_symlink():
+            stamp, problem = read_timestamp(timestamp_file)
+            if stamp:
+                (target / "timestamp.txt").write_text(stamp + "\n", encoding="utf-8")
+                result.timestamp = stamp
+            if problem:
+                result.problems.append(problem)
         return staged
 
-    def _time_limit(self, students: int) -> float:
-        """A bound no honest run reaches: every cell of every notebook hitting its timeout, plus start-up."""
-        cells = sum(len(nb.cells) for nb in self.sources.values())
-        return students * (self.workspace.timeout * (cells + 2) + 60) + 120
+    def _time_limit(self, students: list[str]) -> float:
+        """How long the nbgrader process grading ``students`` may run: per notebook the smaller of its code
+        cells each at the cell limit and the notebook limit, plus start-up (``KernelLimits.job_seconds``)."""
+        limits = self.settings.limits
+        return sum(limits.job_seconds(self.code_cells.get(student, [0]), self.workspace.timeout)
+                   for student in students) + 60
 
     def _finished(self, student: str) -> bool:
         folder = self.workspace.path("autograded", student, self.lab)
@@ -170,7 +184,7 @@ class Grader:
         selection = ["--student", students[0]] if len(students) == 1 else []
         try:
             completed = self.workspace.run_nbgrader("autograde", self.lab, *selection, "--force",
-                                                    timeout=self._time_limit(len(students)))
+                                                    timeout=self._time_limit(students))
         except Exception as error:  # subprocess.TimeoutExpired and OS errors alike
             return f"grading was stopped: {type(error).__name__}: {error}"
         log = completed.stdout + completed.stderr
@@ -183,7 +197,7 @@ class Grader:
         """Autograde one student and render the feedback in one process; (failure reasons, feedback failed)."""
         from course_lib.grading.nbgrader_job import MARKER
 
-        limit = self._time_limit(1) + 600   # feedback rendering gets ten minutes on top
+        limit = self._time_limit([student])   # feedback rendering included
         try:
             completed = self.workspace.run_module("course_lib.grading.nbgrader_job",
                                                   f"--config={self.workspace.config_path}", self.lab, student,
@@ -241,11 +255,54 @@ class Grader:
                 html = feedback_dir / f"{notebook.name}.html"
                 if notebook.status == "graded" and html.is_file():
                     target.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(html, target / html.name)
+                    page = finish_page(html.read_text(encoding="utf-8", errors="replace"), notebook)
+                    (target / html.name).write_text(page, encoding="utf-8")
                     notebook.feedback = str((target / html.name).relative_to(self.out_dir))
                     written = True
             if not written and failed:
                 results[student].problems.append("feedback HTML could not be generated (nbgrader generate_feedback failed)")
+
+
+TIMESTAMP_MAX_BYTES = 200
+FUTURE_SLACK_S = 600
+
+
+def _code_cells(notebook) -> int:
+    return sum(cell.cell_type == "code" for cell in notebook.cells)
+
+
+def read_timestamp(path: Path) -> tuple[str, str | None]:
+    """The hand-in time of ``timestamp.txt`` in nbgrader's format, and a problem to report (or None).
+
+    The file is whatever the student's folder holds, so it is parsed and checked, never copied:
+    anything but one date (text that is not a date, several lines, more than a line's bytes), or a
+    date later than now or before 2000, records no hand-in time and the report says why. A valid
+    date is recorded as the student's claim: the course has no receipt time of its own to check it
+    against (the LMS's is the authority), and the README says so.
+    """
+    from datetime import datetime, timedelta, timezone
+
+    from nbgrader.utils import parse_utc
+
+    try:
+        raw = path.read_bytes()[:TIMESTAMP_MAX_BYTES + 1]
+        text = raw.decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return "", "timestamp.txt is not readable text: no hand-in time recorded"
+    lines = text.splitlines()
+    shown = repr(lines[0][:40]) if lines else "''"
+    if len(raw) > TIMESTAMP_MAX_BYTES or len(lines) != 1:
+        return "", (f"timestamp.txt is not one timestamp ({len(lines)} lines, the first {shown}): no hand-in time "
+                    "recorded")
+    try:
+        claimed = parse_utc(text)
+    except Exception:  # noqa: BLE001 - dateutil raises several types for text that is not a date
+        return "", f"timestamp.txt is not a timestamp ({shown}): no hand-in time recorded"
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    if claimed > now + timedelta(seconds=FUTURE_SLACK_S) or claimed.year < 2000:
+        return "", (f"timestamp.txt says {claimed.isoformat(sep=' ')} UTC, which is not a possible hand-in time: "
+                    "no hand-in time recorded")
+    return claimed.strftime("%Y-%m-%d %H:%M:%S.%f UTC"), None
 
 
 def locked_when_grading(lab: str, known_labs: list[str]) -> list[str]:
@@ -259,7 +316,7 @@ def build_editions(editions_dir: Path, labs: list[str], known_labs: list[str]) -
     """One student edition per lab to grade, each in ``editions_dir/<lab>`` (the folder put on PYTHONPATH)."""
     editions = {}
     for lab in sorted(set(labs)):
-        build_edition(editions_dir / lab, locked_when_grading(lab, known_labs))
+        build_edition(editions_dir / lab, locked_when_grading(lab, known_labs), grading=True)
         editions[lab] = editions_dir / lab
     return editions
 

@@ -20,8 +20,15 @@ message is a length-prefixed frame of a *restricted* pickle:
 The grader never unpickles a class: ``find_class`` refuses everything, and before loading a frame
 from the kernel the grader checks that the pickle uses only the opcodes of plain data and of
 persistent ids (no REDUCE, BUILD, GLOBAL...), so a hand-made frame can neither run code in the
-grader nor change one of its objects. Exceptions cross as (type name, module, message, traceback
-text) and are rebuilt by the receiver as types it already knows (see ``rebuild_error``).
+grader nor change one of its objects. Modules never cross: a module the student's code returns
+is a handle like any other object, and a test cell imports what it needs itself. Exceptions cross
+as (type name, module, message, traceback text), each clipped to a few kilobytes, and are rebuilt
+by the receiver as types it already knows (see ``rebuild_error``).
+
+Every wait is bounded: a read and a write both end at the current deadline (a kernel that stops
+itself, ``SIGSTOP``, after reading half a request blocks the grader's write no longer than a read),
+and then ``on_timeout`` decides (interrupt, then kill). Frames from the kernel are at most
+``MAX_KERNEL_FRAME_BYTES``.
 
 ``Endpoint`` is the request/reply loop on either side. It is re-entrant: while one side waits for a
 reply it serves the other side's requests (the grader calls the student's scheduler, which calls
@@ -43,6 +50,7 @@ import pickle
 import pickletools
 import select
 import struct
+import sys
 import threading
 import time
 import traceback
@@ -65,7 +73,9 @@ __all__ = [
 ]
 
 _HEADER = struct.Struct("!Q")
-MAX_FRAME_BYTES = 1 << 31  # 2 GiB: no honest message comes near it
+MAX_FRAME_BYTES = 1 << 31  # 2 GiB: what the grader may send (no honest message comes near it)
+MAX_KERNEL_FRAME_BYTES = 256 << 20  # what the grader reads from a kernel: tensors of a check's sizes fit easily
+WRITE_GRACE_S = 30  # a frame whose first bytes left gets this long past the deadline to finish
 KERNEL, GRADER = "kernel", "grader"
 
 
@@ -110,12 +120,32 @@ def widen_pipe(fd: int) -> None:
         pass
 
 
-def write_frame(fd: int, payload: bytes) -> None:
-    """Send one frame (length + payload) on a blocking file descriptor."""
+def write_frame(fd: int, payload: bytes, deadline: float | None = None,
+                on_timeout: Callable[[], float] | None = None) -> None:
+    """Send one frame (length + payload); with a ``deadline`` (``time.monotonic()``), never block past it.
+
+    The descriptor is made non-blocking and each write waits (``select``) only until the deadline;
+    then ``on_timeout()`` gives a new deadline or raises (a kernel that stopped reading is killed).
+    Without ``on_timeout`` a late write raises ChannelTimeout, and the channel is unusable.
+    """
     data = memoryview(_HEADER.pack(len(payload)) + payload)
+    if deadline is not None:
+        os.set_blocking(fd, False)
     while data:
+        if deadline is not None:
+            wait = deadline - time.monotonic()
+            ready = wait > 0 and select.select([], [fd], [], wait)[1]
+            if not ready:
+                if on_timeout is None:
+                    raise ChannelTimeout(f"the other side stopped reading ({len(data)} bytes not sent)")
+                deadline = on_timeout()
+                continue
         try:
             written = os.write(fd, data)
+        except BlockingIOError:   # a descriptor left non-blocking by an earlier write with a deadline
+            if deadline is None:
+                select.select([], [fd], [])
+            continue
         except BrokenPipeError:
             raise ChannelClosed("the other side of the channel is gone") from None
         data = data[written:]
@@ -131,18 +161,19 @@ class FrameReader:
 
     CHUNK = 1 << 20
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, max_frame: int = MAX_FRAME_BYTES) -> None:
         self.fd = fd
+        self.max_frame = max_frame
         self._buffer = bytearray()
 
     def read(self, deadline: float | None = None) -> bytes:
         """Receive one frame; ``deadline`` is a ``time.monotonic()`` value (None: wait forever)."""
         self._fill(_HEADER.size, deadline)
         (size,) = _HEADER.unpack_from(self._buffer)
-        if size > MAX_FRAME_BYTES:
-            raise ProtocolError(f"frame of {size} bytes announced; the limit is {MAX_FRAME_BYTES}")
+        if size > self.max_frame:
+            raise ProtocolError(f"frame of {size} bytes announced; the limit is {self.max_frame}")
         # Once a frame has started, the rest follows at once: give it time even past the deadline.
-        self._fill(_HEADER.size + size, None if deadline is None else max(deadline, time.monotonic() + 30))
+        self._fill(_HEADER.size + size, None if deadline is None else max(deadline, time.monotonic() + WRITE_GRACE_S))
         end = _HEADER.size + size
         with memoryview(self._buffer) as view:
             frame = bytes(view[_HEADER.size:end])
@@ -180,13 +211,6 @@ _SAFE_OPCODES = frozenset({
     "PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE", "GET", "BINGET", "LONG_BINGET",
     "PERSID", "BINPERSID",
 })
-
-# Top-level modules whose name a test cell may receive from the kernel (the grader imports its own).
-IMPORTABLE_MODULES = frozenset({
-    "collections", "course_lib", "functools", "itertools", "json", "math", "matplotlib", "numpy",
-    "random", "re", "statistics", "string", "time", "torch", "triton", "typing",
-})
-
 
 @dataclass(frozen=True)
 class Shared:
@@ -275,9 +299,7 @@ class _Pickler(pickle.Pickler):
         encoded = _stdlib_container_pid(obj)
         if encoded is not None:
             return encoded
-        if self.endpoint.side == KERNEL:
-            if isinstance(obj, type(os)):  # a module: the grader may import its own copy by name
-                return ("module", obj.__name__)
+        if self.endpoint.side == KERNEL:  # a module too: the grader never imports a module the kernel names
             return ("handle", KERNEL, self.endpoint.export(obj), _describe(obj))
         raise TypeError(
             f"the grader cannot send a {kind.__module__}.{kind.__qualname__} to the student's kernel: pass plain "
@@ -412,10 +434,19 @@ def _rebuild_ndarray(dtype_str: str, shape: tuple, raw: bytes):
     return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
 
 
-def _resolve_course_attribute(module_name: str, qualname: str) -> Any:
-    if not (module_name == "course_lib" or module_name.startswith("course_lib.")):
-        raise ProtocolError(f"only course_lib names may be looked up, got {module_name}")
-    target: Any = importlib.import_module(module_name)
+def _resolve_course_attribute(module_name: str, qualname: str, *, import_missing: bool = True) -> Any:
+    """``module_name.qualname`` of course_lib. ``import_missing=False`` (a name the kernel chose): only a
+    module this process has already imported, so no name from the kernel ever runs a module's code here."""
+    if not isinstance(module_name, str) or not isinstance(qualname, str) \
+            or not (module_name == "course_lib" or module_name.startswith("course_lib.")):
+        raise ProtocolError(f"only course_lib names may be looked up, got {module_name!r}")
+    if import_missing:
+        target: Any = importlib.import_module(module_name)
+    else:
+        target = sys.modules.get(module_name)
+        if target is None:
+            raise ProtocolError(f"{module_name} is not loaded in the grader; a check that expects its objects "
+                                "imports it")
     for part in qualname.split("."):
         if part.startswith("_"):
             raise ProtocolError(f"private name {qualname!r} may not be looked up")
@@ -462,20 +493,19 @@ class _Unpickler(pickle.Unpickler):
             import torch
 
             return torch.device(str(fields[0]))
+        trusted = self.endpoint.side == KERNEL   # what the grader sends may name any course_lib module
         if tag == "enum":
             module_name, qualname, member = fields
-            cls = _resolve_course_attribute(module_name, qualname)
+            cls = _resolve_course_attribute(module_name, qualname, import_missing=trusted)
             if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
                 raise ProtocolError(f"{module_name}.{qualname} is not an enum")
             return cls[member]
         if tag == "dataclass":
             module_name, qualname, values = fields
-            cls = _resolve_course_attribute(module_name, qualname)
+            cls = _resolve_course_attribute(module_name, qualname, import_missing=trusted)
             if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)) or not isinstance(values, dict):
                 raise ProtocolError(f"{module_name}.{qualname} is not a dataclass")
             return cls(**values)
-        if tag == "module":
-            return self.endpoint.receive_module(str(fields[0]))
         if tag == "ref":
             owner, handle_id = fields
             return self.endpoint.resolve(owner, handle_id)
@@ -851,14 +881,21 @@ _NEVER_REBUILT = ("course_lib.checks", "course_lib.grading")
 
 
 def describe_error(error: BaseException) -> dict:
-    """An exception as plain data: its type, module, message and formatted traceback."""
+    """An exception as plain data: its type, module, message and formatted traceback, each clipped."""
+    from course_lib.grading.bounded import MESSAGE_BYTES, NAME_BYTES, TRACEBACK_BYTES, clip
+
     kind = type(error)
     try:
         message = str(error)
     except Exception:
         message = "<the exception's message could not be turned into text>"
-    return {"type": kind.__qualname__, "module": kind.__module__ or "", "message": message,
-            "traceback": "".join(traceback.format_exception(error))[-20000:]}
+    try:
+        text = "".join(traceback.format_exception(error, limit=50))
+    except Exception:
+        text = ""
+    return {"type": clip(str(kind.__qualname__), NAME_BYTES), "module": clip(str(kind.__module__ or ""), NAME_BYTES),
+            "message": clip(message, MESSAGE_BYTES, "error message"),
+            "traceback": clip(text, TRACEBACK_BYTES, "traceback")}
 
 
 def rebuild_error(info: dict, *, trusted: bool) -> BaseException:
@@ -870,7 +907,13 @@ def rebuild_error(info: dict, *, trusted: bool) -> BaseException:
     (``CheckFailed``, ``NeedsGPU``) defined by the student, becomes a ``StudentError`` that keeps
     the original name in its message.
     """
-    name, module, message = info.get("type", "Exception"), info.get("module", ""), info.get("message", "")
+    from course_lib.grading.bounded import MESSAGE_BYTES, NAME_BYTES, TRACEBACK_BYTES, clip
+
+    if not isinstance(info, dict):
+        info = {}
+    name = clip(info.get("type", "Exception"), NAME_BYTES)
+    module = clip(info.get("module", ""), NAME_BYTES)
+    message = clip(info.get("message", ""), MESSAGE_BYTES, "error message")
     error: BaseException | None = None
     if module == "builtins" and name in _BUILTIN_ERRORS:
         cls = _BUILTIN_ERRORS[name]
@@ -880,14 +923,14 @@ def rebuild_error(info: dict, *, trusted: bool) -> BaseException:
             error = None
     elif (module == "course_lib" or module.startswith("course_lib.")) and not module.startswith(_NEVER_REBUILT):
         try:
-            cls = _resolve_course_attribute(module, name)
+            cls = _resolve_course_attribute(module, name, import_missing=trusted)
             if isinstance(cls, type) and issubclass(cls, Exception):
                 error = cls(message)
         except Exception:
             error = None
     if error is None:
         error = StudentError(name, message) if not trusted else RuntimeError(f"{name}: {message}")
-    error.remote_traceback = info.get("traceback", "")  # type: ignore[attr-defined]
+    error.remote_traceback = clip(info.get("traceback", ""), TRACEBACK_BYTES, "traceback")  # type: ignore[attr-defined]
     error.remote_type = name  # type: ignore[attr-defined]
     return error
 
@@ -911,7 +954,9 @@ class Endpoint:
         if side not in (KERNEL, GRADER):
             raise ValueError(f"side must be {KERNEL!r} or {GRADER!r}, got {side!r}")
         self.read_fd, self.write_fd, self.side = read_fd, write_fd, side
-        self._frames = FrameReader(read_fd)
+        self._frames = FrameReader(read_fd, MAX_KERNEL_FRAME_BYTES if side == GRADER else MAX_FRAME_BYTES)
+        self._abandoned: set[int] = set()   # requests given up on (timed out): their late replies are dropped
+        self.writing_late = False
         self.handler = handler
         self.on_output = on_output
         self.on_timeout: Callable[[], float] | None = None
@@ -967,12 +1012,6 @@ class Endpoint:
         self._proxies[key] = created
         return created
 
-    def receive_module(self, name: str) -> Any:
-        top = name.split(".", 1)[0]
-        if self.side == GRADER and top not in IMPORTABLE_MODULES:
-            raise ProtocolError(f"module {name!r} is not one a test cell may receive; import it in the test cell")
-        return importlib.import_module(name)
-
     # ---- encoding ---------------------------------------------------------------------------
 
     def dumps(self, message: Any) -> bytes:
@@ -991,7 +1030,18 @@ class Endpoint:
             raise ProtocolError(f"could not decode a message: {type(error).__name__}: {error}") from None
 
     def send(self, message: dict) -> None:
-        write_frame(self.write_fd, self.dumps(message))
+        """Send one message; on the grader's side no longer than the current deadline (then ``on_timeout``)."""
+        if self.side == GRADER and self.deadline is not None:
+            write_frame(self.write_fd, self.dumps(message), self.deadline, self._late_write)
+        else:
+            write_frame(self.write_fd, self.dumps(message))
+
+    def _late_write(self) -> float:
+        self.writing_late = True   # on_timeout may say so: the kernel stopped reading, not answering
+        if self.on_timeout is None:
+            raise ChannelTimeout("the kernel stopped reading")
+        self.deadline = self.on_timeout()
+        return self.deadline
 
     def receive(self, deadline: float | None) -> dict:
         message = self.loads(self._frames.read(deadline))
@@ -1004,14 +1054,15 @@ class Endpoint:
     def request(self, op: str, *args: Any) -> Any:
         """Send a request and wait for its reply, serving the other side's requests meanwhile."""
         with self._lock:
-            return self._request_locked(op, args)
+            request_id = next(self._request_ids)
+            try:
+                return self._request_locked(request_id, op, args)
+            except BaseException:
+                self._abandoned.add(request_id)   # a timeout or an alarm: its reply may still come
+                raise
 
-    def _request_locked(self, op: str, args: tuple) -> Any:
-        request_id = next(self._request_ids)
-        try:
-            self.send({"id": request_id, "op": op, "args": args})
-        except TypeError:
-            raise
+    def _request_locked(self, request_id: int, op: str, args: tuple) -> Any:
+        self.send({"id": request_id, "op": op, "args": args})
         while True:
             try:
                 message = self.receive(self.deadline)
@@ -1022,6 +1073,9 @@ class Endpoint:
                 continue
             if "op" in message:
                 self.serve(message)
+                continue
+            if message.get("reply") in self._abandoned and message.get("reply") != request_id:
+                self._abandoned.discard(message.get("reply"))
                 continue
             if message.get("reply") != request_id:
                 raise ProtocolError(f"reply to request {message.get('reply')!r} while waiting for {request_id}")
@@ -1045,7 +1099,15 @@ class Endpoint:
             output = getattr(error, "captured_output", None)
             if output:
                 reply["output"] = output
-            self.send(reply)
+            stops_here = self.side == GRADER and (getattr(error, "stops_the_cell", False)
+                                                  or not isinstance(error, Exception))
+            try:
+                self.send(reply)
+            except Exception:  # noqa: BLE001 - the cell is over anyway when the grader's own time ran out
+                if not stops_here:
+                    raise
+            if stops_here:   # the grader's time limit (or Ctrl-C) ends the test cell, not only the lent call
+                raise
             return
         if isinstance(value, _WithOutput):
             reply = {"reply": request_id, "value": value.value, "output": value.output}

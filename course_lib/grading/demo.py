@@ -7,6 +7,7 @@ the bug it carries (``buggy-merge-order.py``)::
     BASE = "solution"                 # answer cells start from the reference answers...
     ANSWERS = {"encode": "def encode(...): ..."}   # ...except these (keyed by answer grade_id)
     EXPECTED = {"01_tokenization": 18}             # points it must score (asserted by the tests)
+    FILES = {"timestamp.txt": "..."}               # optional: other files of the hand-in, as text
 
 A demo student hands in the notebooks its ``EXPECTED`` names, like a student who submitted only the
 chapters done so far (the others are graded as missing); with no ``EXPECTED`` (``correct``,
@@ -53,6 +54,7 @@ class DemoStudent:
     base: str = "solution"
     answers: dict[str, str] = field(default_factory=dict)
     expected: dict[str, float] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)   # other files handed in (timestamp.txt), by name
 
     @property
     def is_attack(self) -> bool:
@@ -71,8 +73,13 @@ def load_demo_students(specs_dir: Path) -> list[DemoStudent]:
         base = spec.get("BASE", "solution")
         if base not in ("solution", "release"):
             raise ValueError(f"{spec_path}: BASE must be 'solution' or 'release', got {base!r}")
+        files = dict(spec.get("FILES", {}))
+        for name in files:
+            if name != "timestamp.txt":
+                raise ValueError(f"{spec_path}: FILES may hold timestamp.txt only (what a hand-in has besides "
+                                 f"notebooks), got {name!r}")
         students.append(DemoStudent(spec_path.stem, spec.get("DESCRIPTION", ""), base,
-                                    dict(spec.get("ANSWERS", {})), dict(spec.get("EXPECTED", {}))))
+                                    dict(spec.get("ANSWERS", {})), dict(spec.get("EXPECTED", {})), files))
     if not any(student.name == "blank" for student in students):
         students.append(DemoStudent("blank", "the release as handed out: every answer still a stub", "release"))
     return students
@@ -132,6 +139,12 @@ def sync_demo_submissions(root: Path, labs: list[str], *, check: bool) -> list[D
             if check and target_dir.is_dir():
                 for extra in sorted(p for p in target_dir.glob("*.ipynb") if p.stem not in handed_in):
                     differences.append(Difference(str(extra.relative_to(root)), "file", "stale: not handed in by this student"))
+            for name, text in sorted(student.files.items()):
+                target = target_dir / name
+                if not check:
+                    target.write_text(text, encoding="utf-8")
+                elif not target.is_file() or target.read_text(encoding="utf-8") != text:
+                    differences.append(Difference(str(target.relative_to(root)), "file", "stale: differs from the spec"))
             for name in handed_in:
                 release_path = release_dir / f"{name}.ipynb"
                 if not release_path.is_file():

@@ -29,6 +29,7 @@ import nbformat
 from course_lib.grading.autograde import Discovery, Submission, discover_submissions, locked_when_grading
 from course_lib.grading.cluster import ALLOWED_FAILURES, Connection, WorkerInfo, check_workers, connect, start_local
 from course_lib.grading.layout import GradingError, Workspace, gpu_available
+from course_lib.grading.limits import KernelLimits
 from course_lib.grading.progress import Progress
 from course_lib.grading.results import NEEDS_GPU, LabResult, missing_notebook
 from course_lib.grading.snapshot import (LabBundle, Snapshot, SnapshotError, course_fingerprint, folder_digest,
@@ -57,14 +58,16 @@ class GradeRun:
     workers: list[WorkerInfo] = field(default_factory=list)
 
 
-def _key(snapshot_digest: str, bundle: LabBundle, fingerprint: str, timeout: int) -> dict:
+def _key(snapshot_digest: str, bundle: LabBundle, fingerprint: str, timeout: int,
+         limits: KernelLimits | None = None) -> dict:
     """What a result depends on: if all of it is unchanged, grading again would give the same result."""
-    return {"submission": snapshot_digest, "lab_sources": bundle.digest, "grader": fingerprint, "timeout": timeout}
+    return {"submission": snapshot_digest, "lab_sources": bundle.digest, "grader": fingerprint, "timeout": timeout,
+            "limits": (limits or KernelLimits()).as_dict()}
 
 
 def _unchanged(stored: StoredResult, submission: Submission, bundles: dict[str, LabBundle], fingerprint: str,
-               timeout: int) -> bool:
-    current = _key(folder_digest(submission.folder) or "", bundles[submission.lab], fingerprint, timeout)
+               timeout: int, limits: KernelLimits | None = None) -> bool:
+    current = _key(folder_digest(submission.folder) or "", bundles[submission.lab], fingerprint, timeout, limits)
     return {name: value for name, value in stored.key.items() if name != "gpu"} == current
 
 
@@ -91,13 +94,15 @@ class _Dispatcher:
 
     def __init__(self, connection: Connection, store: ResultStore, bundles: dict[str, LabBundle],
                  gpu_labs: set[str], run: GradeRun, progress: Progress, *, timeout: int, fingerprint: str,
-                 known_labs: list[str], hidden: list[str], gpu_resource_route: bool, local: bool):
+                 known_labs: list[str], hidden: list[str], gpu_resource_route: bool, local: bool,
+                 limits: KernelLimits | None = None):
         self.connection, self.client = connection, connection.client
         self.store, self.bundles, self.gpu_labs = store, bundles, gpu_labs
         self.run, self.progress = run, progress
         self.timeout, self.fingerprint, self.known_labs, self.hidden = timeout, fingerprint, known_labs, hidden
         self.gpu_resource_route = gpu_resource_route
         self.local = local
+        self.limits = limits or KernelLimits()
         self.scattered: dict[str, object] = {}
         self.in_flight: dict[object, tuple[Submission, Snapshot, bool]] = {}
         self.no_workers_since: float | None = None
@@ -130,7 +135,7 @@ class _Dispatcher:
         use_gpu = self.gpu_resource_route and submission.lab in self.gpu_labs if gpu is None else gpu
         task = GradingTask(submission.student, submission.lab, snapshot.files, snapshot.digest, self.timeout,
                            tuple(locked_when_grading(submission.lab, self.known_labs)), tuple(self.hidden),
-                           self._workers_per_host())
+                           self._workers_per_host(), self.limits.as_dict())
         future = self.client.submit(grade_task, task, self._bundle_future(submission.lab), pure=False,
                                     key=f"grade-{submission.lab}-{submission.student}-{uuid.uuid4().hex[:8]}",
                                     resources={"GPU": 1} if use_gpu else None)
@@ -166,7 +171,7 @@ class _Dispatcher:
         if answer.get("fingerprint") != self.fingerprint:  # a worker replaced mid-run by one with other code
             result.problems.append(f"graded by course_lib {answer.get('fingerprint')}, not {self.fingerprint}")
         stored = StoredResult(result, _key(snapshot.digest, self.bundles[submission.lab], self.fingerprint,
-                                           self.timeout),
+                                           self.timeout, self.limits),
                               complete=True, worker=answer.get("worker"), elapsed_s=answer.get("elapsed_s"),
                               graded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         stored.key["gpu"] = bool(answer.get("gpu"))
@@ -250,8 +255,8 @@ def _prepare_labs(solutions_dir: Path, bundles: dict[str, LabBundle], labs: list
 def grade(submissions_dir: Path, out_dir: Path, *, solutions_dir: Path, known_labs: list[str],
           only_lab: str | None = None, only_student: str | None = None, timeout: int = 120, jobs: int = 1,
           cluster: str | None = None, resume: bool = False, connect_timeout: float = 10,
-          progress_stream=None, terminal: bool | None = None, on_start=None, run: GradeRun | None = None
-          ) -> GradeRun:
+          progress_stream=None, terminal: bool | None = None, on_start=None, run: GradeRun | None = None,
+          limits: KernelLimits | None = None) -> GradeRun:
     """Grade the submissions in ``submissions_dir`` into ``out_dir/results`` (see the module docstring).
 
     ``jobs``: local worker processes (ignored with ``cluster``, a scheduler address). ``on_start(run)`` is
@@ -261,6 +266,7 @@ def grade(submissions_dir: Path, out_dir: Path, *, solutions_dir: Path, known_la
     """
     import tempfile
 
+    limits = limits or KernelLimits()
     if jobs < 1:
         raise GradingError(f"--jobs must be at least 1, got {jobs}")
     if timeout < 1:
@@ -286,7 +292,8 @@ def grade(submissions_dir: Path, out_dir: Path, *, solutions_dir: Path, known_la
     todo, maybe = [], []   # maybe: graded before without a GPU, in a lab with GPU cells
     for submission in submissions:
         stored = store.load(submission.lab, submission.student) if resume else None
-        if stored is not None and stored.complete and _unchanged(stored, submission, bundles, fingerprint, timeout):
+        if stored is not None and stored.complete and _unchanged(stored, submission, bundles, fingerprint, timeout,
+                                                                 limits):
             if submission.lab in gpu_labs and not stored.key.get("gpu"):
                 maybe.append(submission)   # graded again only if this run can reach a GPU
             else:
@@ -323,7 +330,7 @@ def grade(submissions_dir: Path, out_dir: Path, *, solutions_dir: Path, known_la
             progress = Progress(len(todo), stream=progress_stream, terminal=terminal)
             dispatcher = _Dispatcher(connection, store, bundles, gpu_labs, run, progress, timeout=timeout,
                                      fingerprint=fingerprint, known_labs=known_labs, hidden=hidden,
-                                     gpu_resource_route=gpu_resource_route, local=not cluster)
+                                     gpu_resource_route=gpu_resource_route, local=not cluster, limits=limits)
             window = max(4, 2 * len(run.workers))
             try:
                 dispatcher.run_all(todo, window)

@@ -6,6 +6,12 @@ such a class) by ``raise NotImplementedError(<where the student writes it>)``. S
 decorators and docstrings stay, so a student reading the library sees what each piece promises.
 Triton kernels (``@triton.jit``) get an empty body instead: the launcher that calls them raises.
 
+The *answer helpers* of the locked labs are stubbed the same way: platform code that computes
+part of an answer without being marked (``free_holes``, ``causal_mask``, the checks' own
+``sdpa_reference``), found from what the references and the checks call
+(``answer_helpers.answer_helpers``). The edition of a grading kernel (``grading=True``) also
+stubs the checks' helpers that only the kit's visible tests need.
+
 The edit works on source lines located with ``ast``, so everything else in a file (comments, layout)
 is kept byte for byte. ``course_lib/_edition.json`` records the locked labs
 (``course_lib.exercises.locked_labs`` reads it).
@@ -135,6 +141,20 @@ def _function_regions(node: ast.AST, message: str, lines: list[str]) -> list[tup
     return [(start, node.end_lineno, replacement)]
 
 
+def _helper_message(qualname: str, labs: Iterable[str]) -> str:
+    from course_lib.exercises import lab_title
+
+    shown = " and ".join(lab_title(lab) for lab in sorted(labs))
+    return (f"{qualname} computes part of an answer of {shown}: it is not in the student edition until "
+            f"{'that lab unlocks' if len(set(labs)) == 1 else 'those labs unlock'} (write the exercise yourself)")
+
+
+def _message(definition: MarkedDefinition, qualname: str) -> str:
+    if definition.exercise.answer == _HELPER:
+        return _helper_message(qualname, definition.exercise.notebook.split(","))
+    return stub_message(qualname, definition.exercise)
+
+
 def _regions(definition: MarkedDefinition, module_name: str, lines: list[str]) -> list[tuple[int, int, str]]:
     node = definition.node
     if isinstance(node, ast.ClassDef):
@@ -142,19 +162,42 @@ def _regions(definition: MarkedDefinition, module_name: str, lines: list[str]) -
         for child in ast.walk(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 qualname = f"{module_name}.{definition.qualname}.{child.name}"
-                regions += _function_regions(child, stub_message(qualname, definition.exercise), lines)
+                regions += _function_regions(child, _message(definition, qualname), lines)
         return regions
-    return _function_regions(node, stub_message(f"{module_name}.{definition.qualname}", definition.exercise), lines)
+    return _function_regions(node, _message(definition, f"{module_name}.{definition.qualname}"), lines)
 
 
-def stub_source(source: str, locked: Iterable[str], module_name: str) -> tuple[str, list[MarkedDefinition]]:
-    """``source`` with the bodies of the definitions marked for a locked lab replaced by stubs.
+_HELPER = "<answer helper>"
+
+
+def _helper_definitions(tree: ast.Module, helpers: dict[str, Iterable[str]]) -> list[MarkedDefinition]:
+    """The definitions of ``tree`` named in ``helpers`` (qualname -> labs), as stub targets."""
+    found = []
+
+    def visit(body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                qualname = f"{prefix}{node.name}"
+                if qualname in helpers:
+                    labs = sorted(helpers[qualname])
+                    found.append(MarkedDefinition(qualname, Exercise(labs[0], ",".join(labs), _HELPER), node))
+                visit(node.body, f"{qualname}.")
+
+    visit(tree.body, "")
+    return found
+
+
+def stub_source(source: str, locked: Iterable[str], module_name: str,
+                helpers: dict[str, Iterable[str]] | None = None) -> tuple[str, list[MarkedDefinition]]:
+    """``source`` with the bodies of the definitions marked for a locked lab (and of the answer
+    ``helpers``, qualname -> labs) replaced by stubs.
 
     Returns the new source and the definitions that were stubbed.
     """
     locked = set(locked)
     tree = ast.parse(source)
     definitions = [d for d in marked_definitions(tree) if d.exercise.lab in locked]
+    definitions += _helper_definitions(tree, helpers or {})
     lines = source.splitlines(keepends=True)
     regions: list[tuple[int, int, str]] = []
     for definition in definitions:
@@ -173,26 +216,34 @@ def stub_source(source: str, locked: Iterable[str], module_name: str) -> tuple[s
     return stubbed, definitions
 
 
-def build_edition(target: Path, locked: Iterable[str], *, package_dir: Path | None = None) -> list[MarkedDefinition]:
+def build_edition(target: Path, locked: Iterable[str], *, package_dir: Path | None = None,
+                  grading: bool = False) -> list[MarkedDefinition]:
     """Write the student edition of ``course_lib`` to ``target/course_lib``; returns what was stubbed.
 
     ``target`` is the folder that goes on PYTHONPATH. An existing ``target/course_lib`` is replaced.
+    ``grading``: the edition of a grading kernel (see the module docstring).
     """
+    from course_lib.grading.answer_helpers import answer_helpers, library_index
+
     package_dir = Path(package_dir or Path(course_lib.__file__).parent)
     locked = sorted(set(locked))
     destination = Path(target) / "course_lib"
     if destination.exists():
         shutil.rmtree(destination)
     shutil.copytree(package_dir, destination, ignore=_IGNORED)
+    helpers: dict[str, dict[str, Iterable[str]]] = {}
+    if locked:
+        for helper in answer_helpers(library_index(package_dir), set(locked), grading=grading):
+            helpers.setdefault(helper.module, {})[helper.qualname] = helper.labs
     stubbed: list[MarkedDefinition] = []
     for path in sorted(destination.rglob("*.py")):
         source = path.read_text(encoding="utf-8")
-        if "exercise(" not in source:
-            continue
         module_name = ".".join(("course_lib", *path.relative_to(destination).with_suffix("").parts))
         module_name = module_name.removesuffix(".__init__")
+        if "exercise(" not in source and module_name not in helpers:
+            continue
         try:
-            new_source, definitions = stub_source(source, locked, module_name)
+            new_source, definitions = stub_source(source, locked, module_name, helpers.get(module_name))
         except StubError as error:
             raise StubError(f"{path.relative_to(destination.parent)}: {error}") from None
         if definitions:

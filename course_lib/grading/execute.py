@@ -13,8 +13,13 @@ of the submission's folder, the sandbox) and walks the cells in order:
   it out of max_score). The submitted notebook's metadata is never consulted for this.
 
 If the kernel dies, the cell where it happened says so and every later code cell is marked as not
-run; the cells before keep their results. The settings come from the environment the grader gives
-the nbgrader process (``GradingSettings``).
+run; the cells before keep their results. The kernel runs under the run's ``KernelLimits``: a
+kernel stopped at a limit says which in the cell where it happened ("memory limit of 4 GB
+reached"), an error raised in the student's code by a limit (a failed allocation, a full disk, a
+refused fork) gets the same sentence in front of its message, and once the notebook's wall-time
+limit has passed, the cells left are not run. Every cell's outputs are bounded again here, whatever
+the kernel sent (``bounded.bound_outputs``). The settings come from the environment the grader
+gives the nbgrader process (``GradingSettings``).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,12 +38,16 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from nbgrader.utils import is_grade
 from traitlets import Integer
 
+from course_lib.grading.bounded import bound_outputs, output_size
+from course_lib.grading.limits import KernelLimits, format_bytes
 from course_lib.grading.student import KernelDied, StudentKernel
 from course_lib.grading.testcells import run_test_cell
+from course_lib.grading.watchdog import limit_message
 
 __all__ = ["GradingSettings", "IsolatedExecute", "cell_needs_gpu"]
 
 KERNEL_DIED = "KernelDied"
+NOTEBOOK_OUTPUTS = 10   # a notebook keeps at most ten cells' worth of output (the output limit each)
 NOT_RUN = "NotRun"
 NEEDS_GPU = "NeedsGPU"
 
@@ -56,12 +66,14 @@ class GradingSettings:
     hidden: list[Path] = field(default_factory=list)
     gpu: bool = False
     threads: int | None = None
+    limits: KernelLimits = field(default_factory=KernelLimits)
 
     ENVIRONMENT = "COURSE_GRADING_SETTINGS"
 
     def to_environment(self) -> dict[str, str]:
         data = {"edition": str(self.edition), "workspace": str(self.workspace),
-                "hidden": [str(path) for path in self.hidden], "gpu": self.gpu, "threads": self.threads}
+                "hidden": [str(path) for path in self.hidden], "gpu": self.gpu, "threads": self.threads,
+                "limits": self.limits.as_dict()}
         return {self.ENVIRONMENT: json.dumps(data)}
 
     @classmethod
@@ -71,7 +83,7 @@ class GradingSettings:
             raise RuntimeError(f"{cls.ENVIRONMENT} is not set: IsolatedExecute runs only under `course grade`")
         data = json.loads(raw)
         return cls(Path(data["edition"]), Path(data["workspace"]), [Path(p) for p in data.get("hidden", [])],
-                   bool(data.get("gpu")), data.get("threads"))
+                   bool(data.get("gpu")), data.get("threads"), KernelLimits.from_dict(data.get("limits", {})))
 
 
 def _now() -> str:
@@ -86,6 +98,34 @@ def _record_timing(cell, started: str, finished: str) -> None:
 def _error(ename: str, evalue: str) -> dict:
     return {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": [f"{ename}: {evalue}"]}
 
+
+# What the student's code sees when it meets a limit inside the kernel: (limit, words in the error).
+_LIMIT_SIGNS = (
+    ("memory", ("MemoryError", "Cannot allocate memory", "can't allocate memory", "Unable to allocate")),
+    ("disk", ("No space left on device", "database or disk is full")),
+    ("file", ("File too large",)),
+    ("processes", ("can't start new thread", "Resource temporarily unavailable")),
+)
+
+
+def name_the_limit(output: dict, limits: KernelLimits, peak_processes: int = 0) -> dict:
+    """An error output a limit caused (MemoryError, ENOSPC...) with the limit's sentence in front of it.
+
+    A refused fork or thread (EAGAIN) names the process limit only when the kernel came near it
+    (``peak_processes``): a non-blocking socket says "Resource temporarily unavailable" too.
+    """
+    if output.get("output_type") != "error":
+        return output
+    text = f"{output.get('ename', '')}: {output.get('evalue', '')}"
+    for name, signs in _LIMIT_SIGNS:
+        if name == "processes" and peak_processes < 0.9 * limits.processes:
+            continue
+        if any(sign in text for sign in signs):
+            message = limit_message(name, limits)
+            if not str(output.get("evalue", "")).startswith(message):
+                output = {**output, "evalue": f"{message}: {output.get('evalue') or output.get('ename')}"}
+            break
+    return output
 
 class IsolatedExecute(NbGraderPreprocessor):
     """Execute a submitted notebook: student code in an isolated kernel, test cells in the grader."""
@@ -103,7 +143,7 @@ class IsolatedExecute(NbGraderPreprocessor):
             self._stage_workdir(workdir, settings.workspace / "submitted" / student / lab, folder)
             kernel = StudentKernel(edition=settings.edition, workdir=workdir,
                                    hidden=[*settings.hidden, settings.workspace, folder.resolve()],
-                                   threads=settings.threads, gpu=settings.gpu)
+                                   threads=settings.threads, gpu=settings.gpu, limits=settings.limits)
             try:
                 kernel.start()
             except KernelDied as error:
@@ -112,7 +152,7 @@ class IsolatedExecute(NbGraderPreprocessor):
                 kernel.close()
                 return nb, resources
             try:
-                self._run_cells(nb, kernel, source_cells, settings.gpu)
+                self._run_cells(nb, kernel, source_cells, settings.gpu, settings.limits)
             finally:
                 kernel.close()
         return nb, resources
@@ -138,24 +178,44 @@ class IsolatedExecute(NbGraderPreprocessor):
         notebook = nbformat.read(path, as_version=4)
         return {cell.metadata["nbgrader"]["grade_id"]: cell for cell in notebook.cells if is_grade(cell)}
 
-    def _run_cells(self, nb, kernel: StudentKernel, source_cells: dict[str, dict], gpu: bool) -> None:
+    def _run_cells(self, nb, kernel: StudentKernel, source_cells: dict[str, dict], gpu: bool,
+                   limits: KernelLimits) -> None:
         namespace: dict = {}
         died_in: int | None = None
+        died_why = ""
         count = 0
+        notebook_output = 0
+        notebook_ends = time.monotonic() + limits.notebook
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
                 continue
             if died_in is not None:
                 cell.outputs = [nbformat.from_dict(_error(
-                    NOT_RUN, f"not run: the kernel died in an earlier cell (cell {died_in + 1})"))]
+                    NOT_RUN, f"not run: the kernel died in an earlier cell (cell {died_in + 1}{died_why})"))]
+                cell.execution_count = None
+                continue
+            left = notebook_ends - time.monotonic()
+            if left <= 0:
+                cell.outputs = [nbformat.from_dict(_error(
+                    NOT_RUN, f"not run: {limit_message('notebook', limits)} before this cell"))]
                 cell.execution_count = None
                 continue
             count += 1
             started = _now()
             try:
-                outputs = self._run_cell(cell, kernel, source_cells, namespace, gpu, index)
+                outputs = self._run_cell(cell, kernel, source_cells, namespace, gpu, index, min(self.timeout, left))
             except KernelDied as error:
                 outputs = [_error(KERNEL_DIED, str(error))]
+            peak = kernel.watchdog.peak.processes if kernel.watchdog is not None else 0
+            outputs = [name_the_limit(output, limits, peak)
+                       for output in bound_outputs(outputs, limits.output, limits.stream)]
+            kept = sum(output_size(output) for output in outputs)
+            if notebook_output + kept > NOTEBOOK_OUTPUTS * limits.output:   # the whole page stays bounded too
+                outputs = [o for o in outputs if o.get("output_type") == "error"] + [{
+                    "output_type": "stream", "name": "stdout",
+                    "text": f"[this cell's output ({kept:,} bytes) is not kept: the notebook's outputs passed "
+                            f"{NOTEBOOK_OUTPUTS} x {format_bytes(limits.output)}]\n"}]
+            notebook_output += sum(output_size(output) for output in outputs)
             _record_timing(cell, started, _now())
             if any(output.get("ename") == KERNEL_DIED for output in outputs) or not kernel.alive:
                 died_in = index
@@ -164,6 +224,8 @@ class IsolatedExecute(NbGraderPreprocessor):
                                                        "crash or running out of memory); the cells after it "
                                                        "were not run"))
                 self.log.warning("kernel died in cell %d; grading what ran before it", index + 1)
+                reason = next((str(o.get("evalue", "")) for o in outputs if o.get("ename") == KERNEL_DIED), "")
+                died_why = f": {reason.split(': the kernel')[0].split('; the cells')[0][:300]}" if reason else ""
             for output in outputs:
                 if output.get("output_type") == "execute_result":
                     output["execution_count"] = count
@@ -171,15 +233,15 @@ class IsolatedExecute(NbGraderPreprocessor):
             cell.execution_count = count
 
     def _run_cell(self, cell, kernel: StudentKernel, source_cells: dict[str, dict], namespace: dict, gpu: bool,
-                  index: int) -> list[dict]:
+                  index: int, timeout: float) -> list[dict]:
         if is_grade(cell):
             grade_id = cell.metadata["nbgrader"]["grade_id"]
             source_cell = source_cells.get(grade_id, cell)
             if cell_needs_gpu(source_cell) and not gpu:
                 return [_error(NEEDS_GPU, "skipped: needs a GPU (this machine has none; not counted in max_score)")]
-            return run_test_cell(cell.source, kernel, namespace, timeout=self.timeout,
-                                 label=f"<test cell {grade_id}>")
-        return kernel.run_cell(cell.source, self.timeout)["outputs"]
+            return run_test_cell(cell.source, kernel, namespace, timeout=timeout,
+                                 label=f"<test cell {grade_id}>", limits=kernel.limits)
+        return kernel.run_cell(cell.source, timeout)["outputs"]
 
     @staticmethod
     def _mark_not_run(cells, reason: str) -> None:

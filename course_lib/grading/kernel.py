@@ -11,16 +11,25 @@ over the channel:
 - ``call`` / ``call_method`` / ``getattr`` / ``setattr`` / ``delattr`` / ``special`` on a handle:
   what a check does with a student's object; ``call_methods``: several of those in one request;
 - ``build(module, qualname, args, kwargs)``: a platform object of this edition of ``course_lib``
-  (``checks.make``), built here, next to the student's code.
+  (``checks.make``), built here, next to the student's code;
+- ``origin`` on a handle: where the code behind a student's object comes from (the submission or
+  the library), as plain facts the grader judges (``checks.require_own_implementation``).
 
-What the student's code prints while serving a request travels back with the reply. Output
-written straight to file descriptors 1 and 2 (C extensions, Triton) goes to a log file and is
-collected the same way, so nothing can write into the channel, which uses its own descriptors.
+Before anything else the kernel sets its own limits (``--limits``: data segment, CPU time, file
+size, processes; see ``watchdog.apply_rlimits``), makes its working folder (``--workdir``) and, in
+a sandbox, copies the submission's files into it from the read-only ``--seed``.
+
+What the student's code prints while serving a request travels back with the reply, its head and
+tail kept within the printed-output limit. Output written straight to file descriptors 1 and 2
+(C extensions, Triton) goes to a log file and is collected the same way, so nothing can write into
+the channel, which uses its own descriptors. A cell's outputs are kept within the output limits
+as they arrive (``bounded.CellOutputs``); the grader bounds them again.
 
 The grader's time limit arrives as a byte on a third pipe (``--interrupt-fd``): a watcher thread
 turns it into a KeyboardInterrupt in the main thread, but only while student code runs. (A signal
 sent from outside would also reach the sandbox's own processes, which live in another process
-namespace.)
+namespace.) When that pipe closes, the grader is gone: the kernel ends at once, whatever the
+student's code is doing.
 """
 
 from __future__ import annotations
@@ -53,31 +62,46 @@ SPECIAL_OPERATIONS = {
 
 
 class _FdLog:
-    """Descriptors 1 and 2 redirected to a file; ``take()`` returns what was written since last time."""
+    """Descriptors 1 and 2 redirected to a file; ``take()`` returns what was written since last time.
 
-    def __init__(self) -> None:
-        self.file = tempfile.TemporaryFile(mode="w+b")
+    The file is opened for appending and emptied at every ``take``, and only its first and last
+    ``limit // 2`` bytes are read, so a flood written straight to the descriptors costs neither
+    the kernel's disk nor its memory more than that.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        handle, path = tempfile.mkstemp(prefix=".course-fd-log-")
+        os.close(handle)
+        self.fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        os.unlink(path)
         for fd in (1, 2):
-            os.dup2(self.file.fileno(), fd)
-        self.position = 0
+            os.dup2(self.fd, fd)
 
     def take(self) -> str:
-        self.file.flush()
-        end = os.lseek(self.file.fileno(), 0, os.SEEK_END)
-        if end <= self.position:
+        from course_lib.grading.bounded import cut_note
+
+        end = os.lseek(self.fd, 0, os.SEEK_END)
+        if end <= 0:
             return ""
-        data = os.pread(self.file.fileno(), end - self.position, self.position)
-        self.position = end
-        return data.decode("utf-8", errors="replace")
+        half = self.limit // 2
+        if end <= self.limit:
+            text = os.pread(self.fd, end, 0).decode("utf-8", errors="replace")
+        else:
+            text = (os.pread(self.fd, half, 0).decode("utf-8", errors="ignore") + cut_note(end - 2 * half, self.limit)
+                    + os.pread(self.fd, half, end - half).decode("utf-8", errors="ignore"))
+        os.ftruncate(self.fd, 0)
+        return text
 
 
 class Kernel:
     """The request handler of the kernel process (see the module docstring)."""
 
-    def __init__(self, fd_log: _FdLog) -> None:
+    def __init__(self, fd_log: _FdLog, limits) -> None:
         from ipykernel.inprocess.manager import InProcessKernelManager
 
         self.fd_log = fd_log
+        self.limits = limits
         self.manager = InProcessKernelManager()
         self.manager.start_kernel()
         self.client = self.manager.client()
@@ -111,7 +135,7 @@ class Kernel:
         if op == "global":
             return self.lookup(*args)
         if op in ("call", "call_in_place", "call_method", "call_methods", "getattr", "setattr", "delattr", "special",
-                  "build"):
+                  "build", "origin"):
             return self._run_for_grader(getattr(self, f"_{op}"), args)
         if op == "listen":
             return self.listen(*args)
@@ -132,21 +156,23 @@ class Kernel:
         return namespace[name]
 
     def _run_for_grader(self, operation, args: tuple) -> Any:
-        """Run student code for the grader, with its printed output captured and sent back."""
+        """Run student code for the grader, with its printed output captured (head and tail) and sent back."""
         from course_lib.grading.channel import with_output
 
-        buffer = io.StringIO()
+        buffer = _Captured(self.limits.stream)
         saved = sys.stdout, sys.stderr
         sys.stdout = sys.stderr = buffer
         try:
             with self._student_code():
                 value = operation(*args)
         except BaseException as error:
-            error.captured_output = buffer.getvalue() + self.fd_log.take()  # type: ignore[attr-defined]
+            buffer.write(self.fd_log.take())
+            error.captured_output = buffer.keeper.text()  # type: ignore[attr-defined]
             raise
         finally:
             sys.stdout, sys.stderr = saved
-        return with_output(value, buffer.getvalue() + self.fd_log.take())
+        buffer.write(self.fd_log.take())
+        return with_output(value, buffer.keeper.text())
 
     @staticmethod
     def _call(target: Any, call_args: tuple, call_kwargs: dict) -> Any:
@@ -213,6 +239,13 @@ class Kernel:
         return SPECIAL_OPERATIONS[operation](target, *operation_args)
 
     @staticmethod
+    def _origin(target: Any) -> dict:
+        """Where the code behind ``target`` comes from, as plain facts (``checks.origin_facts``)."""
+        from course_lib.checks import origin_facts
+
+        return origin_facts(target)
+
+    @staticmethod
     def _build(module: str, qualname: str, call_args: tuple, call_kwargs: dict) -> Any:
         from course_lib.grading.channel import _resolve_course_attribute
 
@@ -221,22 +254,24 @@ class Kernel:
     # ---- cells ------------------------------------------------------------------------------------
 
     def exec_cell(self, source: str) -> dict:
-        """Run one notebook cell; its outputs in nbformat form and its execution count."""
+        """Run one notebook cell; its outputs in nbformat form (within the output limits) and its execution count."""
+        from course_lib.grading.bounded import CellOutputs
+
         client = self.client
         self.fd_log.take()
         with self._student_code():
             msg_id = client.execute(source, store_history=True, allow_stdin=False, stop_on_error=False)
-        outputs: list[dict] = []
+        outputs = CellOutputs(self.limits.output, self.limits.stream)
         self._drain_iopub(msg_id, outputs)
         reply = client.get_shell_msg(timeout=5)
         stray = self.fd_log.take()
         if stray:
-            _append_stream(outputs, "stdout", stray)
+            outputs.add_stream("stdout", stray)
         content = reply.get("content", {})
-        return {"outputs": outputs, "execution_count": content.get("execution_count"),
+        return {"outputs": outputs.result(), "execution_count": content.get("execution_count"),
                 "status": content.get("status", "ok")}
 
-    def _drain_iopub(self, msg_id: str, outputs: list[dict]) -> None:
+    def _drain_iopub(self, msg_id: str, outputs) -> None:
         while True:
             try:
                 message = self.client.get_iopub_msg(timeout=5)
@@ -249,42 +284,71 @@ class Kernel:
             _add_output(outputs, kind, content)
 
 
-def _append_stream(outputs: list[dict], name: str, text: str) -> None:
-    if outputs and outputs[-1].get("output_type") == "stream" and outputs[-1].get("name") == name:
-        outputs[-1]["text"] += text
-    else:
-        outputs.append({"output_type": "stream", "name": name, "text": text})
+class _Captured(io.TextIOBase):
+    """sys.stdout and sys.stderr while student code serves the grader: head and tail kept."""
+
+    def __init__(self, limit: int) -> None:
+        from course_lib.grading.bounded import TextKeeper
+
+        self.keeper = TextKeeper(limit)
+
+    def write(self, text: str) -> int:
+        self.keeper.write(text)
+        return len(text) if isinstance(text, str) else 0
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
 
 
-def _add_output(outputs: list[dict], kind: str, content: dict) -> None:
-    """Turn one IOPub message into an nbformat output (the subset a notebook stores)."""
+def _add_output(outputs, kind: str, content: dict) -> None:
+    """Turn one IOPub message into an nbformat output (the subset a notebook stores) within the limits."""
     if kind == "stream":
-        _append_stream(outputs, content.get("name", "stdout"), content.get("text", ""))
-    elif kind in ("display_data", "update_display_data"):
-        if kind == "display_data":
-            outputs.append({"output_type": "display_data", "data": content.get("data", {}),
-                            "metadata": content.get("metadata", {})})
+        outputs.add_stream(str(content.get("name", "stdout")), str(content.get("text", "")))
+    elif kind == "display_data":
+        outputs.add({"output_type": "display_data", "data": content.get("data", {})})
     elif kind == "execute_result":
-        outputs.append({"output_type": "execute_result", "data": content.get("data", {}),
-                        "metadata": content.get("metadata", {}),
-                        "execution_count": content.get("execution_count")})
+        outputs.add({"output_type": "execute_result", "data": content.get("data", {}),
+                     "execution_count": content.get("execution_count")})
     elif kind == "error":
-        outputs.append({"output_type": "error", "ename": content.get("ename", "Error"),
-                        "evalue": content.get("evalue", ""), "traceback": content.get("traceback", [])})
+        outputs.add({"output_type": "error", "ename": content.get("ename", "Error"),
+                     "evalue": content.get("evalue", ""), "traceback": content.get("traceback", [])})
     elif kind == "clear_output":
         outputs.clear()
 
 
 def _watch_interrupts(fd: int) -> None:
-    """Each byte on ``fd`` is one interrupt from the grader: SIGINT in the main thread."""
+    """Each byte on ``fd`` is one interrupt from the grader: SIGINT in the main thread. The end of
+    the pipe means the grader is gone: the kernel and every process it started end now."""
     while True:
         try:
             data = os.read(fd, 1)
+        except InterruptedError:
+            continue
         except OSError:
-            return
+            data = b""
         if not data:
-            return
+            _end_everything()
         _thread.interrupt_main(signal.SIGINT)
+
+
+def _end_everything() -> None:
+    try:
+        os.killpg(0, signal.SIGKILL)
+    finally:
+        os._exit(1)
+
+
+def _prepare_workdir(workdir: str, seed: str | None) -> None:
+    """Make the working folder, fill it from the read-only ``seed`` (in a sandbox), and go there."""
+    import shutil
+
+    os.makedirs(workdir, exist_ok=True)
+    if seed and os.path.isdir(seed):
+        shutil.copytree(seed, workdir, dirs_exist_ok=True, symlinks=True)
+    os.chdir(workdir)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -292,14 +356,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--read-fd", type=int, required=True)
     parser.add_argument("--write-fd", type=int, required=True)
     parser.add_argument("--interrupt-fd", type=int, required=True)
+    parser.add_argument("--limits", default="{}", help="the kernel's limits as JSON (KernelLimits)")
+    parser.add_argument("--own-user", action="store_true", help="the kernel runs under a user id of its own")
+    parser.add_argument("--workdir", help="the working folder to make and run in")
+    parser.add_argument("--seed", help="a read-only folder whose files the working folder starts with")
     args = parser.parse_args(argv)
+    from course_lib.grading.limits import KernelLimits
+    from course_lib.grading.watchdog import apply_rlimits
+
+    limits = KernelLimits.from_dict(__import__("json").loads(args.limits))
+    apply_rlimits(limits, processes=args.own_user)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the file-size limit fails instead of killing
+    if args.workdir:
+        _prepare_workdir(args.workdir, args.seed)
     if os.getcwd() not in sys.path:  # the notebook's folder, after the library (as `import helper` expects)
         sys.path.append(os.getcwd())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the kernel installs its own handler
-    fd_log = _FdLog()
+    fd_log = _FdLog(limits.stream)
     from course_lib.grading.channel import KERNEL, Endpoint
 
-    kernel = Kernel(fd_log)
+    kernel = Kernel(fd_log, limits)
     threading.Thread(target=_watch_interrupts, args=(args.interrupt_fd,), daemon=True).start()
     endpoint = Endpoint(args.read_fd, args.write_fd, KERNEL, kernel.handle)
     endpoint.serve_forever()

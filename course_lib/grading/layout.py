@@ -228,6 +228,7 @@ c.Autograde.autograde_preprocessors = [
 ]
 c.GenerateFeedback.preprocessors = [
     "course_lib.grading.preprocessors.ScrubHiddenTests",
+    "course_lib.grading.feedback.SanitizeFeedback",
     "nbgrader.preprocessors.GetGrades",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]

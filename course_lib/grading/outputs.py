@@ -104,12 +104,12 @@ def merge_gradebook(out_dir: Path, solutions_dir: Path, stored: list[StoredResul
 
 
 def write_class_outputs(out_dir: Path, solutions_dir: Path, *, problems: list[str], device: str, timeout: int,
-                        gradebook: bool = True) -> ClassOutputs:
+                        gradebook: bool = True, limits: dict | None = None) -> ClassOutputs:
     """grades.csv, report.json and (``gradebook``) gradebook.db from every result file in ``out_dir``."""
     stored, unreadable = ResultStore(out_dir).all()
     results = [entry.result for entry in stored]
     grades_path, report_path = write_outputs(out_dir, results, [*problems, *unreadable], device=device,
-                                             timeout=timeout)
+                                             timeout=timeout, limits=limits)
     outputs = ClassOutputs(grades_path, report_path, None, results, list(unreadable))
     if gradebook and stored:
         outputs.gradebook, notes = merge_gradebook(out_dir, solutions_dir, stored)

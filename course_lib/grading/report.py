@@ -48,22 +48,27 @@ def grades_csv(results: list[LabResult]) -> str:
     return buffer.getvalue()
 
 
-def report_json(results: list[LabResult], problems: list[str], *, device: str, timeout: int) -> str:
+def report_json(results: list[LabResult], problems: list[str], *, device: str, timeout: int,
+                limits: dict | None = None) -> str:
+    from course_lib.grading.bounded import clip
+    from course_lib.grading.results import PROBLEM_BYTES
+
     report = {
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "device": device,
         "per_cell_timeout_s": timeout,
-        "ungraded_folders": problems,
+        "kernel_limits": limits,
+        "ungraded_folders": [clip(str(problem), PROBLEM_BYTES) for problem in problems],
         "submissions": [result.as_dict() for result in results],
     }
     return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
 
 
 def write_outputs(out_dir: Path, results: list[LabResult], problems: list[str], *, device: str,
-                  timeout: int) -> tuple[Path, Path]:
+                  timeout: int, limits: dict | None = None) -> tuple[Path, Path]:
     grades_path, report_path = out_dir / "grades.csv", out_dir / "report.json"
     _atomic_write(grades_path, grades_csv(results))
-    _atomic_write(report_path, report_json(results, problems, device=device, timeout=timeout))
+    _atomic_write(report_path, report_json(results, problems, device=device, timeout=timeout, limits=limits))
     return grades_path, report_path
 
 

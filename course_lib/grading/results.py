@@ -17,6 +17,15 @@ MISSING = "missing"        # the notebook was not submitted, or could not be rea
 PARTIAL = "partial"
 
 FAILED_CHECK_NAMES = {"CheckFailed", "AssertionError"}
+REASON_BYTES = 4096     # a lost point's reason as results, result files and report.json keep it
+PROBLEM_BYTES = 2048    # one problem line of a submission
+MAX_PROBLEMS = 50
+
+
+def _clipped(text: str | None, limit: int = REASON_BYTES) -> str | None:
+    from course_lib.grading.bounded import clip
+
+    return None if text is None else clip(text, limit, "reason")
 
 
 @dataclass
@@ -91,7 +100,7 @@ class LabResult:
         return {
             "student": self.student, "lab": self.lab, "score": self.score, "max_score": self.max_score,
             "skipped_points": self.skipped_points, "percent": round(self.percent, 1),
-            "timestamp": self.timestamp or None, "problems": self.problems,
+            "timestamp": self.timestamp or None, "problems": bounded_problems(self.problems),
             "lost_points": self.lost_points(),
             "notebooks": [
                 {**{k: v for k, v in asdict(nb).items() if k != "cells"}, "score": nb.score,
@@ -103,21 +112,33 @@ class LabResult:
 
     @classmethod
     def from_dict(cls, data: dict) -> "LabResult":
-        """The inverse of ``as_dict`` (derived fields such as score are recomputed, not read)."""
+        """The inverse of ``as_dict`` (derived fields such as score are recomputed, not read; texts clipped)."""
         notebooks = [
-            NotebookResult(name=nb["name"], status=nb["status"], message=nb.get("message"),
+            NotebookResult(name=nb["name"], status=nb["status"], message=_clipped(nb.get("message")),
                            feedback=nb.get("feedback"),
                            cells=[CellResult(c["grade_id"], float(c["points"]), float(c["max_points"]), c["status"],
-                                             c.get("reason")) for c in nb.get("cells", [])])
+                                             _clipped(c.get("reason"))) for c in nb.get("cells", [])])
             for nb in data.get("notebooks", [])
         ]
         return cls(student=data["student"], lab=data["lab"], notebooks=notebooks,
-                   timestamp=data.get("timestamp") or "", problems=list(data.get("problems", [])))
+                   timestamp=_clipped(data.get("timestamp") or "", 200) or "",
+                   problems=bounded_problems(data.get("problems", [])))
+
+
+def bounded_problems(problems) -> list[str]:
+    """At most MAX_PROBLEMS problem lines, each clipped."""
+    items = [_clipped(str(problem), PROBLEM_BYTES) for problem in list(problems or [])[:MAX_PROBLEMS + 1]]
+    if len(items) > MAX_PROBLEMS:
+        items = items[:MAX_PROBLEMS] + ["[more problems not listed]"]
+    return items
 
 
 def _first_lines(text: str, limit: int = 12) -> str:
-    lines = [line.rstrip() for line in str(text).strip().splitlines()]
-    return "\n".join(lines[:limit]) + ("\n..." if len(lines) > limit else "")
+    from course_lib.grading.bounded import clip
+
+    text = clip(str(text), 4 * REASON_BYTES)
+    lines = [line.rstrip() for line in text.strip().splitlines()]
+    return _clipped("\n".join(lines[:limit]) + ("\n..." if len(lines) > limit else ""))
 
 
 def classify_cell(cell, points: float, max_points: float, timeout: int) -> CellResult:
@@ -166,5 +187,5 @@ def missing_notebook(name: str, source_notebook, status: str, message: str) -> N
         if skip_gpu_cells and needs_gpu(cell):
             cells.append(CellResult(grade_id, 0.0, max_points, NEEDS_GPU, "skipped: needs a GPU"))
         else:
-            cells.append(CellResult(grade_id, 0.0, max_points, MISSING, message))
-    return NotebookResult(name=name, status=status, message=message, cells=cells)
+            cells.append(CellResult(grade_id, 0.0, max_points, MISSING, _clipped(message)))
+    return NotebookResult(name=name, status=status, message=_clipped(message), cells=cells)

@@ -25,10 +25,15 @@ MAX_SUBMISSION_BYTES = 64 * 2**20   # a notebook folder larger than this is not 
 
 
 def graded_files(folder: Path) -> list[Path]:
-    """The files of a submission folder that grading reads, in a stable order."""
-    files = [path for path in folder.glob("*.ipynb") if path.is_file()]
-    if (folder / TIMESTAMP_FILE).is_file():
-        files.append(folder / TIMESTAMP_FILE)
+    """The files of a submission folder that grading reads, in a stable order.
+
+    Links are never followed: a link named like a notebook could point at the instructor's own
+    notebook (hidden tests and all), which would then be copied into the student's kernel.
+    """
+    files = [path for path in folder.glob("*.ipynb") if path.is_file() and not path.is_symlink()]
+    stamp = folder / TIMESTAMP_FILE
+    if stamp.is_file() and not stamp.is_symlink():
+        files.append(stamp)
     return sorted(files, key=lambda path: path.name)
 
 

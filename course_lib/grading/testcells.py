@@ -7,8 +7,16 @@ handle (``RemoteObject``) whose calls run the student's code over there; plain v
 copies. ``checks.make`` and ``checks.share`` are pointed at this kernel while the cell runs.
 
 The cell's outputs are what a kernel would have produced: one stdout stream (what the checks
-printed here and what the student's code printed there, in order) and, if the cell failed, an
-error whose traceback is the student's own (the grader's frames and the test code never appear).
+printed here and what the student's code printed there, in order, its head and tail kept within
+the printed-output limit) and, if the cell failed, an error whose traceback is the student's own
+(the grader's frames and the test code never appear).
+
+Hidden tests (between ``### BEGIN HIDDEN TESTS`` and ``### END HIDDEN TESTS``) call the student's
+code with inputs the student must not see, so while they run nothing printed reaches the cell's
+output (one line says that output during hidden checks is not shown), a failing check does not
+repeat the student's result or the message of the student's exception
+(``checks.hidden_check``), and an error raised there keeps neither its message nor its traceback
+when the student's code made it: what the student's code could put in them is what it was given.
 """
 
 from __future__ import annotations
@@ -22,11 +30,16 @@ import threading
 import warnings
 from typing import Any
 
-from course_lib.checks import _PLATFORM_BUILDER, _SHARER, _URL_SHARER
-from course_lib.grading.channel import ChannelClosed, ProtocolError, StudentError
+from course_lib.checks import _HIDDEN_CHECK, _PLATFORM_BUILDER, _SHARER, _URL_SHARER
+from course_lib.grading.bounded import HIDDEN_OUTPUT_NOTE, TextKeeper
+from course_lib.grading.channel import _BUILTIN_ERRORS, ChannelClosed, ProtocolError, StudentError
+from course_lib.grading.limits import KernelLimits
+from course_lib.grading.preprocessors import HIDDEN_BEGIN, HIDDEN_END
 from course_lib.grading.student import CellTimeout, KernelDied, StudentKernel
 
-__all__ = ["free_names", "run_test_cell", "strip_magics"]
+__all__ = ["free_names", "mark_hidden_regions", "run_test_cell", "strip_magics"]
+
+HIDDEN_SWITCH = "__course_hidden_checks__"
 
 GRADER_GRACE_S = 15  # the grader's own code gets this long past the cell's limit before it is stopped
 
@@ -63,27 +76,65 @@ def free_names(tree: ast.AST) -> list[str]:
     return list(seen)
 
 
-class _Output(io.StringIO):
+def mark_hidden_regions(source: str) -> tuple[str, bool]:
+    """``source`` with each hidden-test marker replaced by a call that says where hidden tests start
+    and end (``__course_hidden_checks__(True)`` / ``(False)``, at the marker's indentation), and whether
+    it has any. A marker the code around it makes unusable as a statement turns the whole cell hidden.
+    """
+    if HIDDEN_BEGIN not in source:
+        return source, False
+    lines = []
+    for line in source.splitlines():
+        stripped = line.lstrip()
+        indent = line[:len(line) - len(stripped)]
+        if stripped.startswith(HIDDEN_BEGIN):
+            line = f"{indent}{HIDDEN_SWITCH}(True)"
+        elif stripped.startswith(HIDDEN_END):
+            line = f"{indent}{HIDDEN_SWITCH}(False)"
+        lines.append(line)
+    marked = "\n".join(lines)
+    try:
+        ast.parse(marked)
+    except SyntaxError:
+        return f"{HIDDEN_SWITCH}(True)\n{source}", True
+    return marked, True
+
+
+class _Output(io.TextIOBase):
     """One ordered text stream for the cell: the grader's prints and the student's relayed ones.
 
     It stands in for sys.stdout and sys.stderr, so it answers what libraries ask a stream (uvicorn's
-    logging asks ``isatty()``; a check's server may log from another thread).
+    logging asks ``isatty()``; a check's server may log from another thread). It keeps the head and
+    tail of what is written (``limit`` bytes), and while hidden tests run it keeps nothing but one
+    line saying that output during hidden checks is not shown.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int) -> None:
         super().__init__()
         self._lock = threading.Lock()
+        self._keeper = TextKeeper(limit)
+        self.hidden = False
+        self._noted = False
 
     def write(self, text: str) -> int:
         with self._lock:
-            return super().write(text)
+            if self.hidden:
+                if text and not self._noted:
+                    self._noted = True
+                    self._keeper.write(HIDDEN_OUTPUT_NOTE)
+                return len(text) if isinstance(text, str) else 0
+            self._keeper.write(text)
+            return len(text) if isinstance(text, str) else 0
+
+    def writable(self) -> bool:
+        return True
 
     def isatty(self) -> bool:
         return False
 
     def text(self) -> str:
         with self._lock:
-            return self.getvalue()
+            return self._keeper.text()
 
 
 @contextlib.contextmanager
@@ -105,7 +156,31 @@ def _alarm(seconds: float):
         signal.signal(signal.SIGALRM, previous)
 
 
-def _error_output(error: BaseException, kernel: StudentKernel, timeout: float) -> dict:
+def _from_student(error: BaseException) -> bool:
+    """Whether ``error``, or an exception it came from, was raised by the student's code in the kernel."""
+    seen = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, StudentError) or getattr(current, "remote_traceback", None) is not None:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _hidden_error_output(error: BaseException) -> dict:
+    """An error raised by the student's code in a hidden check: its type when the course knows it, no message."""
+    name = getattr(error, "remote_type", None) or (error.ename if isinstance(error, StudentError)
+                                                   else type(error).__name__)
+    known = name in _BUILTIN_ERRORS or isinstance(error, Exception) and type(error).__module__.startswith("course_lib")
+    shown = name if known and not isinstance(error, StudentError) else "an exception"
+    evalue = (f"your code raised {shown} during a hidden check (the message and traceback of errors in hidden "
+              "checks are not shown: run the visible tests and your own examples to find it)")
+    return {"output_type": "error", "ename": shown if shown != "an exception" else "Error", "evalue": evalue,
+            "traceback": []}
+
+
+def _error_output(error: BaseException, kernel: StudentKernel, timeout: float, *, hidden: bool = False) -> dict:
     """The cell's error output: the exception's name and message, and the student's own traceback."""
     if isinstance(error, (ChannelClosed, ProtocolError)):
         error = KernelDied(kernel._death_reason(error))
@@ -116,12 +191,14 @@ def _error_output(error: BaseException, kernel: StudentKernel, timeout: float) -
                 "evalue": f"the cell ran longer than the {timeout:g} s limit and was interrupted", "traceback": []}
     if isinstance(error, KernelDied):
         return {"output_type": "error", "ename": "KernelDied", "evalue": str(error), "traceback": [str(error)]}
+    if hidden and not isinstance(error, AssertionError) and _from_student(error):
+        return _hidden_error_output(error)
     ename = error.ename if isinstance(error, StudentError) else type(error).__name__
     evalue = str(error)
     if isinstance(error, StudentError) and evalue.startswith(f"{ename}: "):
         evalue = evalue[len(ename) + 2:]
     traceback_lines = []
-    student_traceback = _student_traceback(error)
+    student_traceback = "" if hidden else _student_traceback(error)
     if student_traceback:
         traceback_lines.append(student_traceback)
     traceback_lines.append(f"{ename}: {evalue}")
@@ -142,21 +219,34 @@ def _student_traceback(error: BaseException) -> str:
 
 
 def run_test_cell(source: str, kernel: StudentKernel, namespace: dict[str, Any], *, timeout: float,
-                  label: str = "test cell") -> list[dict]:
+                  label: str = "test cell", limits: KernelLimits | None = None) -> list[dict]:
     """Run a test cell's code here against ``kernel``; returns the cell's nbformat outputs.
 
     ``namespace`` is shared by the notebook's test cells (a name one test cell defines is visible
     to the next, as in a kernel); names it lacks are looked up in the student's kernel.
     """
-    output = _Output()
+    limits = limits or kernel.limits
+    output = _Output(limits.stream)
+    marked, _ = mark_hidden_regions(strip_magics(source))
     try:
-        tree = ast.parse(strip_magics(source), filename=label)
+        tree = ast.parse(marked, filename=label)
         code = compile(tree, label, "exec")
     except SyntaxError as error:  # the instructor's test cell: a bug in the course, reported as such
         return [{"output_type": "error", "ename": "SyntaxError", "evalue": f"in the test cell: {error}",
                  "traceback": []}]
     namespace.setdefault("__name__", "__main__")
     namespace.setdefault("__builtins__", builtins)
+    hidden_token = [None]
+
+    def switch_hidden(on: bool) -> None:
+        output.hidden = bool(on)
+        if hidden_token[0] is not None:
+            _HIDDEN_CHECK.reset(hidden_token[0])
+            hidden_token[0] = None
+        if on:
+            hidden_token[0] = _HIDDEN_CHECK.set(True)
+
+    namespace[HIDDEN_SWITCH] = switch_hidden
     kernel.output_sink = output.write
     kernel.set_deadline(timeout)
     builder = _PLATFORM_BUILDER.set(kernel.build)
@@ -168,7 +258,7 @@ def run_test_cell(source: str, kernel: StudentKernel, namespace: dict[str, Any],
                 warnings.catch_warnings(), _alarm(timeout + GRADER_GRACE_S):
             warnings.simplefilter("default")
             for name in free_names(tree):
-                if name in namespace:
+                if name in namespace or name == HIDDEN_SWITCH:
                     continue
                 try:
                     namespace[name] = kernel.lookup(name)
@@ -178,8 +268,10 @@ def run_test_cell(source: str, kernel: StudentKernel, namespace: dict[str, Any],
     except BaseException as error:  # noqa: BLE001 - every failure of the cell becomes its error output
         if isinstance(error, (KeyboardInterrupt, SystemExit)) and not isinstance(error, CellTimeout):
             raise
-        outputs.append(_error_output(error, kernel, timeout))
+        outputs.append(_error_output(error, kernel, timeout, hidden=output.hidden))
     finally:
+        switch_hidden(False)
+        namespace.pop(HIDDEN_SWITCH, None)
         _PLATFORM_BUILDER.reset(builder)
         _SHARER.reset(sharer)
         _URL_SHARER.reset(url_sharer)

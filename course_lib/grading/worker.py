@@ -41,6 +41,7 @@ class GradingTask:
     locked_labs: tuple[str, ...]                    # labs the student edition stubs (this lab and later ones)
     hidden: tuple[str, ...] = ()                    # the instructor's folders, hidden from kernels where they exist
     workers_per_host: dict[str, int] = field(default_factory=dict)   # to share a host's cores among kernels
+    limits: dict[str, int] = field(default_factory=dict)            # KernelLimits.as_dict() (empty: the defaults)
 
 
 @dataclass
@@ -114,7 +115,7 @@ def prepared_lab(bundle: LabBundle, timeout: int, locked_labs: tuple[str, ...]) 
     if not bundle.write_prepared(workspace.root):   # prepared by the sender: nbgrader has nothing to do
         generate_release(solutions_dir, bundle.lab, workspace)   # raises GradingError if the lab is broken
     edition = root / "edition"
-    build_edition(edition, list(locked_labs))
+    build_edition(edition, list(locked_labs), grading=True)
     _PREPARED[key] = PreparedLab(bundle.lab, root, solutions_dir, edition, workspace)
     return _PREPARED[key]
 
@@ -142,6 +143,7 @@ def grade_task(task: GradingTask, bundle: LabBundle) -> dict:
     from course_lib.grading.autograde import Grader, Submission
     from course_lib.grading.execute import GradingSettings
     from course_lib.grading.layout import gpu_available
+    from course_lib.grading.limits import KernelLimits
 
     started = time.monotonic()
     if bundle.lab != task.lab:
@@ -163,7 +165,7 @@ def grade_task(task: GradingTask, bundle: LabBundle) -> dict:
         hidden = [Path(path) for path in task.hidden if Path(path).exists()] + [lab.private]
         threads = _kernel_threads(task, address)
         workspace.kernel_threads = threads
-        settings = GradingSettings(lab.edition, workspace.root, hidden, gpu, threads)
+        settings = GradingSettings(lab.edition, workspace.root, hidden, gpu, threads, KernelLimits.from_dict(task.limits))
         grader = Grader(lab.solutions_dir, out_dir, workspace, task.lab, settings, one_process=True)
         [result] = grader.grade_all([Submission(task.student, task.lab, incoming)], release=False)
         feedback = {}

@@ -12,7 +12,7 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from course_lib.sim.fragmentation import WASTE_KINDS, Reservation, SimTrace, free_holes, summarize_waste, waste_breakdown
+from course_lib.sim.fragmentation import WASTE_KINDS, Reservation, SimTrace, summarize_waste, waste_breakdown
 
 __all__ = ["WASTE_COLOURS", "cache_vs_recompute", "contiguous_explorer", "contiguous_pool", "kv_cache_growth", "waste_over_time"]
 
@@ -102,9 +102,22 @@ def contiguous_pool(reservations: Sequence[Reservation], pool_slots: int, reques
             cursor += length
         axes.barh(0, r.size, left=r.start, fill=False, edgecolor="black", height=0.8)
         axes.text(r.start + r.size / 2, 0, f"req {r.request_id}", ha="center", va="center", fontsize=8)
-    for start, length in free_holes(reservations, pool_slots):
-        kind = "external" if length < request_slots else "free"
-        axes.barh(0, length, left=start, color=WASTE_COLOURS[kind], height=0.8, hatch="//" if kind == "external" else None)
+    # The free runs, found slot by slot here (free_holes is a Lab 0.1 answer, a stub in the kit until it unlocks).
+    taken = [False] * pool_slots
+    for r in reservations:
+        if r.start < 0 or r.start + r.size > pool_slots or any(taken[r.start:r.start + r.size]):
+            raise ValueError(f"reservation of request {r.request_id} overlaps another or leaves the pool of {pool_slots}")
+        taken[r.start:r.start + r.size] = [True] * r.size
+    run_start = None
+    for slot in range(pool_slots + 1):
+        if slot < pool_slots and not taken[slot]:
+            run_start = slot if run_start is None else run_start
+            continue
+        if run_start is not None:
+            length, kind = slot - run_start, "external" if slot - run_start < request_slots else "free"
+            axes.barh(0, length, left=run_start, color=WASTE_COLOURS[kind], height=0.8,
+                      hatch="//" if kind == "external" else None)
+            run_start = None
     used = sum(r.num_tokens for r in reservations)
     axes.set(xlim=(0, pool_slots), yticks=[], xlabel="slot (one token's K and V in every layer)",
              title=title or f"Contiguous pool of {pool_slots} slots: {used} hold a token ({used / pool_slots:.0%})")
