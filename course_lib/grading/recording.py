@@ -121,10 +121,16 @@ def assemble_recordings(jsonl: str) -> dict[str, list[dict]]:
 
 
 def _run_recording(root: Path, lab: str, name: str, notebook, jsonl: Path, scratch: Path,
-                   timeout: int) -> list[str]:
-    """Run one release notebook (reference answers filled in) in a recording kernel; its module files."""
+                   timeout: int, siblings: dict[str, object]) -> list[str]:
+    """Run one release notebook (reference answers filled in) in a recording kernel; its module files.
+
+    ``siblings`` (notebook stem -> notebook, answers filled in) are saved beside it, because a later
+    chapter imports an earlier chapter's answers from its saved file (``course_lib.chapters``).
+    """
     workdir = scratch / lab / name
     workdir.mkdir(parents=True)
+    for stem, sibling in siblings.items():
+        nbformat.write(sibling, workdir / f"{stem}.ipynb")
     environment = {RECORD_ENVIRONMENT: str(jsonl)}
     with StudentKernel(edition=root, workdir=workdir, isolation=Isolation(NONE, "recording"),
                        environment=environment) as kernel:
@@ -155,14 +161,16 @@ def record_lab(root: Path, lab: str, *, timeout: int = 600,
         scratch = Path(scratch_name)
         jsonl = scratch / "recordings.jsonl"
         jsonl.touch()
+        notebooks = {}
         for solution_path in sorted(solutions_dir.glob("*.ipynb")):
             name = solution_path.stem
             release_path = release_dir / f"{name}.ipynb"
             if not release_path.is_file():
                 raise GradingError(f"{release_path} is missing: run `course release {lab}` first")
-            notebook = build_submission(nbformat.read(release_path, as_version=4),
-                                        nbformat.read(solution_path, as_version=4), correct, name)
-            module_files.update(_run_recording(root, lab, name, notebook, jsonl, scratch, timeout))
+            notebooks[name] = build_submission(nbformat.read(release_path, as_version=4),
+                                               nbformat.read(solution_path, as_version=4), correct, name)
+        for name, notebook in notebooks.items():
+            module_files.update(_run_recording(root, lab, name, notebook, jsonl, scratch, timeout, notebooks))
             if progress:
                 progress(name)
         checks = assemble_recordings(jsonl.read_text(encoding="utf-8"))

@@ -70,7 +70,9 @@ def solve_notebook(path: Path, *, timeout: int = 600, on_cell: Callable[[int, in
     failures: list[CellFailure] = []
     with tempfile.TemporaryDirectory(prefix="course-solve-") as scratch:
         workdir = Path(scratch) / path.parent.name
-        shutil.copytree(path.parent, workdir, ignore=shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints"))
+        # The other chapters' notebooks come along: a later chapter imports an earlier one's answers
+        # from its saved notebook (course_lib.chapters.answers_from), as it does in the kit and when graded.
+        shutil.copytree(path.parent, workdir, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
         client = NotebookClient(notebook, timeout=timeout, kernel_name="python3", allow_errors=True,
                                 interrupt_on_timeout=True, resources={"metadata": {"path": str(workdir)}})
         saved_environment = dict(os.environ)

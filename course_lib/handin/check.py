@@ -221,11 +221,15 @@ def _test_status(outputs: list[dict]) -> tuple[str, str]:
 
 
 def _workdir(path: Path, lab: str | None, scratch: Path) -> Path:
-    """A scratch copy of the notebook's lab folder (its other files, never the notebooks)."""
+    """A scratch copy of the notebook's lab folder: its files and the lab's other saved notebooks.
+
+    The other notebooks come along because a later chapter imports an earlier chapter's answers from
+    its saved file (``course_lib.chapters.answers_from``), as it does in JupyterLab and when graded.
+    """
     workdir = scratch / (lab or "notebook")
     if lab is not None and path.resolve().parent.name == lab:
         shutil.copytree(path.resolve().parent, workdir, symlinks=False,
-                        ignore=shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints", "__pycache__", ".*"))
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", ".*"))
     else:
         workdir.mkdir()
     return workdir

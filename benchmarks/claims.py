@@ -1,0 +1,169 @@
+"""How often each notebook claim holds on a busy machine.
+
+Every sentence of a notebook that states what a measurement shows is backed by a claim
+(``course_lib.claims.claim``) that prints whether it held in that run. This script runs the
+solution notebooks (the reference answers) N times each, with K busy loops spinning beside them
+as a student's laptop has a browser and a music player, and prints per claim how often it held::
+
+    python benchmarks/claims.py --runs 10 --busy 2                       # Labs 0.2, 0.4 and 0.5
+    python benchmarks/claims.py --runs 3 --notebooks lab05-serving/02_load
+    python benchmarks/claims.py --runs 10 --busy 2 --markdown claims.md   # the table for RESULTS.md
+
+A run of one notebook is one fresh kernel in a scratch copy of its lab folder (``course solve``'s
+runner), with ``COURSE_CLAIMS_LOG`` pointing at a log to which each claim appends a line. Rounds go
+over every notebook in turn (notebook A, B, C, then A, B, C again), so a slow spell of the machine
+falls on different notebooks rather than on all runs of one. A claim that was not checked in a run
+(its condition raised, or the notebook stopped before it) counts as not held. Lab 0.3's claims
+are about a GPU; on a machine without one its notebooks are skipped with that reason unless named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_LABS = ("lab02-prefill-vs-decode", "lab04-faster-decoding", "lab05-serving")
+GPU_LABS = ("lab03-kernels",)
+TARGET = 0.9
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+@dataclass
+class Tally:
+    held: int = 0
+    runs: set = field(default_factory=set)
+    measured: list = field(default_factory=list)
+
+
+def _notebooks(args) -> list[Path]:
+    if args.notebooks:
+        paths = []
+        for name in args.notebooks:
+            path = ROOT / "solutions" / (name if name.endswith(".ipynb") else f"{name}.ipynb")
+            if not path.is_file():
+                sys.exit(f"--notebooks: no solution notebook {path.relative_to(ROOT)}; give LAB/NOTEBOOK, "
+                         f"e.g. lab05-serving/02_load")
+            paths.append(path)
+        return paths
+    labs = args.labs or list(DEFAULT_LABS)
+    for lab in labs:
+        if not (ROOT / "solutions" / lab).is_dir():
+            sys.exit(f"--labs: unknown lab {lab!r}; labs: {', '.join(sorted(p.name for p in (ROOT / 'solutions').iterdir()))}")
+    return [path for lab in labs for path in sorted((ROOT / "solutions" / lab).glob("*.ipynb"))]
+
+
+def _run_notebook(path: Path, log: Path, timeout: int) -> tuple[float, list[str]]:
+    from course_lib.grading.solve import solve_notebook
+
+    os.environ["COURSE_CLAIMS_LOG"] = str(log)
+    os.environ["COURSE_CLAIMS_NOTEBOOK"] = f"{path.parent.name}/{path.stem}"
+    try:
+        result = solve_notebook(path, timeout=timeout)
+    finally:
+        os.environ.pop("COURSE_CLAIMS_LOG", None)
+        os.environ.pop("COURSE_CLAIMS_NOTEBOOK", None)
+    return result.seconds, [str(failure) for failure in result.failures]
+
+
+def _read_log(log: Path) -> list[dict]:
+    if not log.is_file():
+        return []
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=10, help="runs of each notebook (default 10)")
+    parser.add_argument("--busy", type=int, default=2, help="busy loops beside the notebooks (default 2)")
+    parser.add_argument("--labs", nargs="+", help=f"labs to run (default: {', '.join(DEFAULT_LABS)})")
+    parser.add_argument("--notebooks", nargs="+", metavar="LAB/NOTEBOOK", help="only these solution notebooks")
+    parser.add_argument("--timeout", type=int, default=900, help="seconds per cell (default 900)")
+    parser.add_argument("--markdown", type=Path, help="also write the table as Markdown to this file")
+    parser.add_argument("--log", type=Path, help="keep the raw claim log (JSON lines) here")
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.busy < 0:
+        parser.error("--runs must be >= 1 and --busy >= 0")
+    notebooks = _notebooks(args)
+    from course_lib.grading.layout import gpu_available
+
+    if not gpu_available() and not args.notebooks:
+        skipped = [path for path in notebooks if path.parent.name in GPU_LABS]
+        notebooks = [path for path in notebooks if path.parent.name not in GPU_LABS]
+        if skipped:
+            print(f"skipped {len(skipped)} notebooks of {', '.join(GPU_LABS)}: their claims are about a GPU and "
+                  f"this machine has none")
+    spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(args.busy)]
+    for spinner in spinners:
+        spinner.start()
+    tallies: dict[tuple[str, str], Tally] = defaultdict(Tally)
+    seconds: dict[str, list[float]] = defaultdict(list)
+    problems: list[str] = []
+    started = time.perf_counter()
+    try:
+        with tempfile.TemporaryDirectory(prefix="course-claims-") as scratch:
+            for run in range(args.runs):
+                for path in notebooks:
+                    name = f"{path.parent.name}/{path.stem}"
+                    log = Path(scratch) / f"run{run}.jsonl"
+                    before = len(_read_log(log))
+                    elapsed, failures = _run_notebook(path, log, args.timeout)
+                    seconds[name].append(elapsed)
+                    problems += [f"run {run + 1}: {failure}" for failure in failures]
+                    for record in _read_log(log)[before:]:
+                        tally = tallies[(name, record["statement"])]
+                        tally.runs.add(run)
+                        tally.held += bool(record["held"])
+                        tally.measured.append(record.get("measured", ""))
+                    print(f"run {run + 1}/{args.runs} {name}: {elapsed:.0f} s"
+                          f"{f', {len(failures)} failing cells' if failures else ''}", flush=True)
+            if args.log:
+                args.log.write_text("".join(Path(scratch, f"run{run}.jsonl").read_text()
+                                            for run in range(args.runs) if Path(scratch, f"run{run}.jsonl").exists()))
+    finally:
+        for spinner in spinners:
+            spinner.terminate()
+    table = _table(tallies, seconds, args.runs)
+    header = (f"{date.today().isoformat()}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+              f"{args.busy} busy loops, {args.runs} runs, {(time.perf_counter() - started) / 60:.0f} min")
+    print("\n" + header + "\n" + table)
+    if problems:
+        print("\nfailing cells:\n  " + "\n  ".join(problems[:40]))
+    if args.markdown:
+        args.markdown.write_text(header + "\n\n" + table + "\n")
+    below = [key for key, tally in tallies.items() if tally.held < TARGET * args.runs]
+    return 1 if below or problems else 0
+
+
+def _table(tallies: dict, seconds: dict, runs: int) -> str:
+    rows = ["| notebook | claim | held | example of what was measured |", "| --- | --- | --- | --- |"]
+    for (notebook, statement), tally in sorted(tallies.items()):
+        mark = "" if tally.held >= TARGET * runs else " **below 9/10**"
+        example = next((m for m in tally.measured if m), "")
+        rows.append(f"| {notebook} | {statement} | {tally.held}/{runs}{mark} | {example} |")
+    rows.append("")
+    rows.append("| notebook | seconds per run (min / median / max) |")
+    rows.append("| --- | --- |")
+    for notebook, times in sorted(seconds.items()):
+        ordered = sorted(times)
+        rows.append(f"| {notebook} | {ordered[0]:.0f} / {ordered[len(ordered) // 2]:.0f} / {ordered[-1]:.0f} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
