@@ -13,6 +13,7 @@ import importlib
 import sys
 
 # Order shown in `course --help`: the instructor's pipeline first, then the engine, then docs.
+# A student's kit lists only STUDENT_COMMANDS (below).
 COMMANDS = {
     "release": "Generate the student release (labs/) from the solution notebooks (solutions/).",
     "kit": "Build the student kit: the release notebooks and the student edition of course_lib.",
@@ -30,8 +31,15 @@ COMMANDS = {
 
 
 # What a student's kit offers: the instructor's commands need solutions/ and the grader, which a
-# kit does not have.
-STUDENT_COMMANDS = ("check", "submit", "chat", "bench")
+# kit does not have. (When the platform moves to its own package, this is the list course_lib keeps.)
+STUDENT_COMMANDS = ("check", "submit", "chat", "bench", "serve", "loadtest")
+
+DESCRIPTIONS = {
+    "instructor": "The LLM inference systems workbook: release labs, build student kits, grade submissions, "
+                  "solve the reference notebooks, chat with, serve and benchmark the engine, build the book.",
+    "student": "The LLM inference systems workbook, your kit: check a notebook's visible tests, pack your "
+               "notebooks for handing in, chat with, serve, load-test and benchmark the course's engine.",
+}
 
 
 def available_commands() -> dict[str, str]:
@@ -48,10 +56,11 @@ def _load(name: str):
 
 
 def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
+    from course_lib.exercises import is_student_edition
+
     parser = argparse.ArgumentParser(
         prog="course",
-        description="The LLM inference systems workbook: release labs, grade submissions, "
-        "solve the reference notebooks, chat with and benchmark the engine, build the book.",
+        description=DESCRIPTIONS["student" if is_student_edition() else "instructor"],
         epilog="Run `course COMMAND --help` for the options of one command.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
