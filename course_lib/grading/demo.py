@@ -13,9 +13,12 @@ chapters done so far (the others are graded as missing); with no ``EXPECTED`` (`
 ``blank``) it hands in every notebook of the lab. One bug per student, graded on the chapter it
 lives in, keeps ``make demo`` and the pipeline tests fast as labs grow.
 
-``make demo`` grades every demo student and compares each with its spec (``course grade
---demo-specs``): ``correct`` must score full marks, ``blank`` zero. The test suite, which must stay
-fast, grades each lab's ``attack-borrow-the-reference`` and Lab 0.1's ``attack-read-secrets``
+``make demo-all`` grades every demo student and compares each with its spec (``course grade
+--demo-specs``): ``correct`` must score full marks, ``blank`` zero. ``make demo`` grades a small
+class in minutes (``quick_demo_class``: per lab ``correct``, ``blank`` and one buggy student on one
+short chapter, and the lab's ``attack-borrow-the-reference``), compared with the same specs on the
+notebooks handed in. The test suite, which must stay fast, grades each lab's
+``attack-borrow-the-reference`` and Lab 0.1's ``attack-read-secrets``
 (``attack-*`` students are hostile code: borrowing the references, patching the checks, a fake
 NeedsGPU, reading the hidden tests; their EXPECTED may be 0 or full marks). An attack that borrows
 some answers and writes the others is also the suite's check that a lab's reference answers pass
