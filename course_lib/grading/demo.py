@@ -1,4 +1,4 @@
-"""The bundled demo submissions that ``make demo`` grades.
+"""The bundled demo submissions that ``make demo`` and ``make demo-all`` grade.
 
 Each demo student is a small spec, ``autograde/demo/<lab>/<student>.py``, whose file name names
 the bug it carries (``buggy-merge-order.py``)::
@@ -11,7 +11,7 @@ the bug it carries (``buggy-merge-order.py``)::
 A demo student hands in the notebooks its ``EXPECTED`` names, like a student who submitted only the
 chapters done so far (the others are graded as missing); with no ``EXPECTED`` (``correct``,
 ``blank``) it hands in every notebook of the lab. One bug per student, graded on the chapter it
-lives in, keeps ``make demo`` and the pipeline tests fast as labs grow.
+lives in, keeps the demos and the pipeline tests fast as labs grow.
 
 ``make demo-all`` grades every demo student and compares each with its spec (``course grade
 --demo-specs``): ``correct`` must score full marks, ``blank`` zero. ``make demo`` grades a small
