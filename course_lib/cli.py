@@ -42,13 +42,44 @@ DESCRIPTIONS = {
 }
 
 
+# Student commands that run the course's engine or server, and the labs whose answers they run on:
+# in a kit where such a lab is still locked (its answers are stubs) the command cannot work yet.
+RUNS_ON = {
+    "chat": ("lab01-text-to-tensors",),
+    "bench": ("lab01-text-to-tensors",),
+    "serve": ("lab01-text-to-tensors",),
+    "loadtest": ("lab05-serving",),
+}
+
+
+def commands_for(locked) -> dict[str, str]:
+    """The student commands usable in a kit that locks ``locked`` (help lines by name)."""
+    return {name: COMMANDS[name] for name in STUDENT_COMMANDS
+            if not any(lab in locked for lab in RUNS_ON.get(name, ()))}
+
+
 def available_commands() -> dict[str, str]:
     """The commands of this edition of the library (all of them in the instructor's)."""
-    from course_lib.exercises import is_student_edition
+    from course_lib.exercises import is_student_edition, locked_labs
 
     if not is_student_edition():
         return COMMANDS
-    return {name: help_line for name, help_line in COMMANDS.items() if name in STUDENT_COMMANDS}
+    return commands_for(locked_labs())
+
+
+def _not_yet(name: str) -> str | None:
+    """Why a student command is missing from this kit, or None (unknown, or an instructor's command)."""
+    from course_lib.exercises import is_locked, is_student_edition, lab_title, unlock_hint
+
+    if not is_student_edition():
+        return None
+    if name in COMMANDS and name not in STUDENT_COMMANDS:
+        return f"`course {name}` is an instructor's command: it is not part of the student kit"
+    needs = [lab for lab in RUNS_ON.get(name, ()) if is_locked(lab)]
+    if needs:
+        return (f"`course {name}` runs on the answers of {' and '.join(lab_title(lab) for lab in needs)}, which are "
+                f"your exercises in this kit; {unlock_hint(needs[0])}")
+    return None
 
 
 def _load(name: str):
@@ -84,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     # Import only the chosen command's module: the others may pull in heavy libraries.
     selected = next((a for a in argv if not a.startswith("-")), None)
     if selected not in available_commands():
+        reason = _not_yet(selected) if selected else None
+        if reason:
+            print(f"course: {reason}. Run `course --help` for the commands of this kit.", file=sys.stderr)
+            return 2
         selected = None
     parser = build_parser(selected)
     args = parser.parse_args(argv)

@@ -552,10 +552,20 @@ clean:
 
 def student_readme(plan: KitPlan, example: tuple[str, str] = ("lab01-text-to-tensors", "04_paging")) -> str:
     """The README of a kit, written for students; ``example`` is the (lab, notebook) its commands show."""
-    from course_lib.cli import STUDENT_COMMANDS
+    from course_lib.cli import RUNS_ON, STUDENT_COMMANDS, commands_for
 
     example_lab, example_notebook = example
-    commands = ", ".join(f"`course {name}`" for name in STUDENT_COMMANDS)
+    usable = commands_for(plan.locked)
+    commands = ", ".join(f"`course {name}`" for name in usable)
+    later = [name for name in STUDENT_COMMANDS if name not in usable]
+    later_line = ""
+    if later:
+        needs = sorted({lab for name in later for lab in RUNS_ON.get(name, ()) if lab in plan.locked})
+        one = len(later) == 1
+        later_line = (f"\n\n{', '.join(f'`course {name}`' for name in later)} run{'s' if one else ''} on the answers of "
+                      f"{' and '.join(lab_title(lab) for lab in needs)}: {'it comes' if one else 'they come'} with the "
+                      f"kit your instructor publishes after {'that lab is' if len(needs) == 1 else 'those labs are'} "
+                      f"past due.")
     lab_lines = "\n".join(f"- `labs/{lab}/`: {lab_title(lab)} {LABS[lab].title if lab in LABS else ''}".rstrip()
                           for lab in plan.labs)
     locked = [lab for lab in plan.locked if lab in LABS]
@@ -595,9 +605,8 @@ time limit (minutes), so an infinite loop costs only the cells that hang.
 
 ## The `course` command
 
-`.venv/bin/course --help` lists what this kit has:
-{commands}. `course COMMAND --help` says
-more about one of them.
+`.venv/bin/course --help` lists what this kit has: {commands}.
+`course COMMAND --help` says more about one of them.{later_line}
 
 ## About `course_lib` in this kit
 
