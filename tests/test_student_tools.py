@@ -175,7 +175,8 @@ def test_check_says_per_exercise_passed_failed_or_not_attempted_and_runs_the_rel
     edited = next(check for check in report.file_checks if check.what == "test cells")
     assert not edited.ok and "edited: test_double" in edited.detail
     for words in ("add_one", "passed", "failed", "not attempted", "expected: 4", "The file to hand in? NO",
-                  "visible: 2 of 6 points; 2 more points are graded only with hidden inputs; 1 more point needs a GPU",
+                  "Total: visible: 2 of 6 points; 2 more points are graded only with hidden inputs; 1 more point "
+                  "needs a GPU.",
                   "cell `# A worked example that runs your halve.` needs your `halve` (answer cell 'halve'), "
                   "not written yet"):
         assert words in printed, words
@@ -215,6 +216,24 @@ def test_a_worked_example_that_fails_in_an_answer_is_reported_against_that_answe
     assert ("your `halve` (answer cell 'halve') raised NameError: name 'half_of' is not defined, in cell "
             "`# A worked example that runs your halve.`") in printed
     assert "not done" not in printed and "not written yet" not in printed
+
+
+def test_the_totals_add_up_over_several_notebooks_and_the_reports_go_to_json(course, manifest, tmp_path, capsys,
+                                                                              monkeypatch):
+    import course_lib.handin.manifest as manifest_module
+
+    monkeypatch.setattr(manifest_module, "load_manifest", lambda: manifest)
+    done = _student(course, tmp_path / "a" / LAB, {"add_one": ADD_ONE, "double": DOUBLE, "square": SQUARE,
+                                                   "halve": HALVE})
+    half = _student(course, tmp_path / "b" / LAB, {"add_one": ADD_ONE})
+    code = main(["check", str(done), str(half), "--json", str(tmp_path / "reports.json")])
+    printed = capsys.readouterr().out
+    assert code == 1   # the second one has visible tests to fix
+    assert ("All 2 notebooks: visible: 8 of 12 points; 4 more points are graded only with hidden inputs; "
+            "2 more points need a GPU; 2 of 2 files ready to hand in.") in printed, printed
+    reports = json.loads((tmp_path / "reports.json").read_text())
+    assert [report["totals"]["passed"] for report in reports] == [6, 2]
+    assert [exercise["status"] for exercise in reports[0]["exercises"]] == ["passed"] * 3 + ["graded later with hidden inputs"]
 
 
 def test_an_error_from_another_process_is_blamed_on_the_answer_its_message_names():

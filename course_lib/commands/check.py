@@ -75,7 +75,7 @@ def run(args) -> int:
         total = sum((report.totals for report in reports), Totals())
         ready = sum(report.ready for report in reports)
         print("\n" + "=" * 72)
-        print(f"All {len(reports)} notebooks: {total.text()} pass; {ready} of {len(reports)} files ready to hand in.")
+        print(f"All {len(reports)} notebooks: {total.text()}; {ready} of {len(reports)} files ready to hand in.")
     if args.json:
         args.json.write_text(json.dumps([report.to_dict() for report in reports], indent=1) + "\n", encoding="utf-8")
     return status

@@ -551,9 +551,10 @@ def format_report(report: CheckReport) -> str:
             for extra in message_lines[1:] if exercise.status == FAILED else []:
                 lines.append(f"  {'':<{width}}  {'':>6}    {extra.strip()}")
         totals = report.totals
-        lines.append(f"\nVisible tests, {totals.text()} pass." + (
-            " Points in brackets have no visible check: only the hidden tests decide them." if totals.hidden_only
-            else "") + " Grading also runs hidden tests with other inputs.")
+        lines.append(f"\nTotal: {totals.text()}." + (
+            " In the points column, (N) and +N are points no visible check decides: the hidden tests decide them "
+            "when your work is graded." if totals.hidden_only else "")
+            + " Grading also runs hidden tests with other inputs on every exercise.")
         unblamed = [error for error in report.other_errors if error.kind != ANSWER]
         blamed = [error for error in report.other_errors if error.kind == ANSWER]
         if blamed:
