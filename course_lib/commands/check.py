@@ -27,7 +27,8 @@ the kernel runs in a scratch folder.
 
 From a notebook cell:  from course_lib.handin import check_notebook; check_notebook("{_NOTEBOOK}.ipynb")
 
-exit code: 0 when every file is ready to hand in and every visible test passes, 1 otherwise.
+exit code: 0 when every file is ready to hand in, every visible test passes and no other cell that
+runs your code fails; 1 otherwise.
 
 examples:
   course check labs/{_LAB}/{_NOTEBOOK}.ipynb

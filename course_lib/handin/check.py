@@ -144,9 +144,9 @@ class CheckReport:
 
     @property
     def all_passed(self) -> bool:
-        """Every visible test passes and no cell failed because of an answer."""
+        """Every visible test passes, and no other cell failed in an answer or while running one."""
         return self.ran and all(ex.status in (PASSED, SKIPPED_GPU, NO_TESTS, HIDDEN_ONLY) for ex in self.exercises) \
-            and not any(error.kind == ANSWER for error in self.other_errors)
+            and not any(error.kind == ANSWER or (error.kind == EXAMPLE and error.uses) for error in self.other_errors)
 
     @property
     def totals(self) -> Totals:
