@@ -37,8 +37,8 @@ STUDENT_COMMANDS = ("check", "submit", "chat", "bench", "serve", "loadtest")
 DESCRIPTIONS = {
     "instructor": "The LLM inference systems workbook: release labs, build student kits, grade submissions, "
                   "solve the reference notebooks, chat with, serve and benchmark the engine, build the book.",
-    "student": "The LLM inference systems workbook, your kit: check a notebook's visible tests, pack your "
-               "notebooks for handing in, chat with, serve, load-test and benchmark the course's engine.",
+    "student": "The LLM inference systems workbook: the commands of your kit (check a notebook's visible tests, "
+               "pack your notebooks for handing in, and what the labs unlocked so far let you run).",
 }
 
 
