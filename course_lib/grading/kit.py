@@ -457,7 +457,7 @@ def _write_kit(root: Path, folder: Path, plan: KitPlan) -> int:
     (folder / "pyproject.toml").write_text(_PYPROJECT.format(torch_range="torch>=2.4",
                                                              dependencies=_dependencies(root)))
     (folder / "Makefile").write_text(_MAKEFILE.format(torch=TORCH_PIN, model=MODEL_PIN))
-    (folder / ".gitignore").write_text(".venv/\n__pycache__/\n*.egg-info/\n.ipynb_checkpoints/\nsubmission/\n*.zip\n")
+    (folder / ".gitignore").write_text(".venv\n__pycache__/\n*.egg-info/\n.ipynb_checkpoints/\nsubmission/\n*.zip\n")
     manifest = json.loads((folder / "course_lib" / MANIFEST_FILE.name).read_text(encoding="utf-8"))
     (folder / "README.md").write_text(student_readme(plan, example_in(manifest, plan.locked)))
     (folder / "KIT.json").write_text(json.dumps({"labs": plan.labs, "locked": plan.locked,
