@@ -1,7 +1,9 @@
-# The README's two commands. Each one creates .venv in the checkout if it is missing and
-# installs everything first, so they work on a fresh machine.
-#   make demo   build the student release, grade the bundled demo submissions, print the scores
-#   make test   run the test suite
+# The README's commands. Each one creates .venv in the checkout if it is missing and installs
+# everything first, so they work on a fresh machine.
+#   make demo       the whole job in minutes: the release, a student kit, a small class of every lab
+#                   graded (correct, blank, one buggy and one attack student each), feedback, gradebook
+#   make demo-all   every demo student of every lab graded and compared with its spec (an hour or more)
+#   make test       run the test suite (what CI runs)
 
 VENV   := .venv
 PYTHON := $(VENV)/bin/python
@@ -12,8 +14,19 @@ DEMO_OUT ?= grading/demo
 .PHONY: demo demo-all test test-full setup system-packages clean
 
 demo: setup
+	rm -rf $(DEMO_OUT)
 	$(COURSE) release
-	$(COURSE) grade autograde/demo_submissions --out $(DEMO_OUT) --jobs 2 --demo-specs autograde/demo
+	$(COURSE) kit --out $(DEMO_OUT)/kit
+	$(PYTHON) -m course_lib.grading.demo $(DEMO_OUT)/class
+	$(COURSE) grade $(DEMO_OUT)/class --out $(DEMO_OUT)/grades --jobs 2 --demo-specs autograde/demo
+	$(COURSE) export $(DEMO_OUT)/grades --format canvas --out $(DEMO_OUT)/canvas.csv
+	@echo "Kit: $(DEMO_OUT)/kit   Feedback: $(DEMO_OUT)/grades/feedback/   Gradebook: $(DEMO_OUT)/canvas.csv"
+
+demo-all: setup
+	rm -rf $(DEMO_OUT)-all
+	$(COURSE) release
+	$(COURSE) grade autograde/demo_submissions --out $(DEMO_OUT)-all --jobs 2 --demo-specs autograde/demo
+	$(COURSE) export $(DEMO_OUT)-all --format canvas --out $(DEMO_OUT)-all/canvas.csv
 
 # make demo-all: every demo student of every lab, the hostile ones that cost minutes each included
 # (a stalled kernel waits out its cell's limit; floods, hogs and a fork bomb are stopped by the limits).
@@ -22,9 +35,9 @@ demo-all: setup
 	$(COURSE) grade autograde/demo_submissions --out $(DEMO_OUT)-all --jobs 2 --demo-specs autograde/demo
 
 # make test is what CI runs (under 20 minutes on 2 cores): every unit and property test, the
-# grader against hostile submissions, a few demo students per lab and one chapter of each kit.
-# make test-full adds every chapter of every kit; make demo grades every demo student against
-# its spec (the reference answers must score full marks). Both take an hour or more on 2 cores.
+# grader against hostile submissions, every lab's kit and one chapter of each lab through the term
+# (tests/test_term.py). make test-full adds every chapter of every lab through the term; make
+# demo-all grades every demo student against its spec. Both take an hour or more on 2 cores.
 test: setup
 	OMP_NUM_THREADS=1 $(PYTHON) -m pytest -n 2 --dist loadfile
 

@@ -13,6 +13,7 @@ import importlib
 import sys
 
 # Order shown in `course --help`: the instructor's pipeline first, then the engine, then docs.
+# A student's kit lists only STUDENT_COMMANDS (below).
 COMMANDS = {
     "release": "Generate the student release (labs/) from the solution notebooks (solutions/).",
     "kit": "Build the student kit: the release notebooks and the student edition of course_lib.",
@@ -30,17 +31,55 @@ COMMANDS = {
 
 
 # What a student's kit offers: the instructor's commands need solutions/ and the grader, which a
-# kit does not have.
-STUDENT_COMMANDS = ("check", "submit", "chat", "bench")
+# kit does not have. (When the platform moves to its own package, this is the list course_lib keeps.)
+STUDENT_COMMANDS = ("check", "submit", "chat", "bench", "serve", "loadtest")
+
+DESCRIPTIONS = {
+    "instructor": "The LLM inference systems workbook: release labs, build student kits, grade submissions, "
+                  "solve the reference notebooks, chat with, serve and benchmark the engine, build the book.",
+    "student": "The LLM inference systems workbook: the commands of your kit (check a notebook's visible tests, "
+               "pack your notebooks for handing in, and what the labs unlocked so far let you run).",
+}
+
+
+# Student commands that run the course's engine or server, and the labs whose answers they run on:
+# in a kit where such a lab is still locked (its answers are stubs) the command cannot work yet.
+RUNS_ON = {
+    "chat": ("lab01-text-to-tensors",),
+    "bench": ("lab01-text-to-tensors",),
+    "serve": ("lab01-text-to-tensors",),
+    "loadtest": ("lab05-serving",),
+}
+
+
+def commands_for(locked) -> dict[str, str]:
+    """The student commands usable in a kit that locks ``locked`` (help lines by name)."""
+    return {name: COMMANDS[name] for name in STUDENT_COMMANDS
+            if not any(lab in locked for lab in RUNS_ON.get(name, ()))}
 
 
 def available_commands() -> dict[str, str]:
     """The commands of this edition of the library (all of them in the instructor's)."""
-    from course_lib.exercises import is_student_edition
+    from course_lib.exercises import is_student_edition, locked_labs
 
     if not is_student_edition():
         return COMMANDS
-    return {name: help_line for name, help_line in COMMANDS.items() if name in STUDENT_COMMANDS}
+    return commands_for(locked_labs())
+
+
+def _not_yet(name: str) -> str | None:
+    """Why a student command is missing from this kit, or None (unknown, or an instructor's command)."""
+    from course_lib.exercises import is_locked, is_student_edition, lab_title, unlock_hint
+
+    if not is_student_edition():
+        return None
+    if name in COMMANDS and name not in STUDENT_COMMANDS:
+        return f"`course {name}` is an instructor's command: it is not part of the student kit"
+    needs = [lab for lab in RUNS_ON.get(name, ()) if is_locked(lab)]
+    if needs:
+        return (f"`course {name}` runs on the answers of {' and '.join(lab_title(lab) for lab in needs)}, which are "
+                f"your exercises in this kit; {unlock_hint(needs[0])}")
+    return None
 
 
 def _load(name: str):
@@ -48,10 +87,11 @@ def _load(name: str):
 
 
 def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
+    from course_lib.exercises import is_student_edition
+
     parser = argparse.ArgumentParser(
         prog="course",
-        description="The LLM inference systems workbook: release labs, grade submissions, "
-        "solve the reference notebooks, chat with and benchmark the engine, build the book.",
+        description=DESCRIPTIONS["student" if is_student_edition() else "instructor"],
         epilog="Run `course COMMAND --help` for the options of one command.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -75,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     # Import only the chosen command's module: the others may pull in heavy libraries.
     selected = next((a for a in argv if not a.startswith("-")), None)
     if selected not in available_commands():
+        reason = _not_yet(selected) if selected else None
+        if reason:
+            print(f"course: {reason}. Run `course --help` for the commands of this kit.", file=sys.stderr)
+            return 2
         selected = None
     parser = build_parser(selected)
     args = parser.parse_args(argv)

@@ -97,7 +97,7 @@ def test_every_notebook_has_a_buggy_demo_student():
 
 
 def test_every_lab_has_an_attack_student():
-    """The test suite grades these on every run; make demo grades every demo student."""
+    """The test suite grades these on every run; make demo-all grades every demo student."""
     for lab in LABS:
         students = load_demo_students(ROOT / DEMO_SPECS / lab)
         assert any(s.name == "attack-borrow-the-reference" for s in students), \
@@ -142,7 +142,7 @@ def test_attack_students_score_as_their_specs_say(lab, attacks_graded):
     """Hostile submissions of every lab, graded through ``course grade``, each against its spec.
 
     The reference answers (``correct``, full marks), ``blank`` (zero) and every buggy student are
-    graded by ``make demo`` with ``--demo-specs``, which fails on any mismatch: too slow for every
+    graded by ``make demo-all`` with ``--demo-specs``, which fails on any mismatch: too slow for every
     test run. Each student hands in only the notebooks its spec names.
     """
     result, out = attacks_graded

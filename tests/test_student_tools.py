@@ -25,7 +25,8 @@ import pytest
 
 from course_lib.cli import STUDENT_COMMANDS, main
 from course_lib.grading import authoring as a
-from course_lib.handin.check import (FAILED, NOT_ATTEMPTED, PASSED, SKIPPED_GPU, check_notebook, inspect_file)
+from course_lib.handin.check import (FAILED, HIDDEN_ONLY, NOT_ATTEMPTED, PASSED, SKIPPED_GPU, check_notebook,
+                                     inspect_file)
 from course_lib.handin.manifest import release_manifest
 from course_lib.handin.submit import SubmitError, plan_hand_in, write_folder, write_zip
 from course_lib.handin.unpack import MAX_FILE_BYTES, UnpackError, unpack_submissions
@@ -75,6 +76,24 @@ def _source_notebook():
             from course_lib.checks import require_gpu
             require_gpu("the fixture's GPU check")
         ''', needs_gpu=True),
+        a.answer("halve", '''
+            def halve(x):
+                """int -> float"""
+                ### BEGIN SOLUTION
+                return x / 2
+                ### END SOLUTION
+        '''),
+        a.tests("test_halve_hidden", 2, '''
+            # halve is checked with hidden inputs when your notebook is graded.
+            ### BEGIN HIDDEN TESTS
+            assert halve(8) == 4
+            ### END HIDDEN TESTS
+        '''),
+        a.code('''
+            # A worked example that runs your halve.
+            halves = [halve(n) for n in (2, 4)]
+            print(halves)
+        '''),
     ])
 
 
@@ -124,6 +143,8 @@ ADD_ONE = "def add_one(x):\n    return x + 1"
 DOUBLE_WRONG = "def double(x):\n    return 2 * x + 1"
 DOUBLE = "def double(x):\n    return 2 * x"
 SQUARE = "def square(x):\n    return x * x"
+HALVE = "def halve(x):\n    return x / 2"
+HALVE_WITH_A_HELPER_ELSEWHERE = "def halve(x):\n    return half_of(x)"   # half_of is defined nowhere
 
 
 # --------------------------------------------------------------------------------------------
@@ -139,7 +160,7 @@ def test_check_says_per_exercise_passed_failed_or_not_attempted_and_runs_the_rel
     report = check_notebook(path, manifest=manifest, gpu=False, progress=False)
     printed = capsys.readouterr().out
     by_id = {exercise.grade_id: exercise for exercise in report.exercises}
-    assert [exercise.grade_id for exercise in report.exercises] == ["add_one", "double", "square"]
+    assert [exercise.grade_id for exercise in report.exercises] == ["add_one", "double", "square", "halve"]
     assert by_id["add_one"].status == PASSED and by_id["add_one"].points == 2
     assert by_id["double"].status == FAILED and by_id["double"].points == 3
     assert "expected: 4" in by_id["double"].message and "got:      5" in by_id["double"].message
@@ -147,16 +168,22 @@ def test_check_says_per_exercise_passed_failed_or_not_attempted_and_runs_the_rel
     assert by_id["square"].status == NOT_ATTEMPTED and "as released" in by_id["square"].message
     assert by_id["square"].points == 1   # the GPU-only check is not at stake on a CPU
     assert [test.status for test in by_id["square"].tests] == [NOT_ATTEMPTED, SKIPPED_GPU]
+    assert by_id["halve"].status == NOT_ATTEMPTED and by_id["halve"].hidden_points == 2 and by_id["halve"].points == 0
+    (waiting,) = report.other_errors   # the worked example that runs halve, still the release's stub
+    assert waiting.kind == "not written yet" and waiting.answer == "halve", waiting
     assert not report.ready and not report.all_passed
     edited = next(check for check in report.file_checks if check.what == "test cells")
     assert not edited.ok and "edited: test_double" in edited.detail
     for words in ("add_one", "passed", "failed", "not attempted", "expected: 4", "The file to hand in? NO",
-                  "test cells worth 2 of 6 points pass", "1 more need a GPU"):
+                  "Total: visible: 2 of 6 points; 2 more points are graded only with hidden inputs; 1 more point "
+                  "needs a GPU.",
+                  "cell `# A worked example that runs your halve.` needs your `halve` (answer cell 'halve'), "
+                  "not written yet"):
         assert words in printed, words
 
 
 def test_a_finished_notebook_is_ready_and_a_check_inside_it_does_not_recurse(course, manifest, tmp_path, capsys):
-    path = _student(course, tmp_path / LAB, {"add_one": ADD_ONE, "double": DOUBLE, "square": SQUARE})
+    path = _student(course, tmp_path / LAB, {"add_one": ADD_ONE, "double": DOUBLE, "square": SQUARE, "halve": HALVE})
     notebook = nbformat.read(path, as_version=4)
     notebook.cells.append(nbformat.v4.new_code_cell(
         "from course_lib.handin import check_notebook\nresult = check_notebook('ch1.ipynb')\n"
@@ -164,10 +191,73 @@ def test_a_finished_notebook_is_ready_and_a_check_inside_it_does_not_recurse(cou
     nbformat.write(notebook, path)
     report = check_notebook(path, manifest=manifest, gpu=False, progress=False)
     assert report.ready and report.all_passed, report.text()
-    assert [exercise.status for exercise in report.exercises] == [PASSED, PASSED, PASSED]
+    # A test cell with no visible check is never "passed": it is graded later, with hidden inputs.
+    assert [exercise.status for exercise in report.exercises] == [PASSED, PASSED, PASSED, HIDDEN_ONLY]
     assert report.other_errors == []   # the cell that calls check_notebook ran and did nothing
-    assert "Hand it in as <student id>/lab00-handin/ch1.ipynb" in capsys.readouterr().out
-    assert repr(report) == "CheckReport(ch1.ipynb: visible tests worth 6 of 6 points pass; ready to hand in: yes)"
+    printed = capsys.readouterr().out
+    assert "Hand it in as <student id>/lab00-handin/ch1.ipynb" in printed
+    assert re.search(r"halve +\(2\) +graded later with hidden inputs \(2 points: no visible check", printed), printed
+    assert repr(report) == ("CheckReport(ch1.ipynb: visible: 6 of 6 points; 2 more points are graded only with hidden "
+                            "inputs; 1 more point needs a GPU; ready to hand in: yes)")
+
+
+def test_a_worked_example_that_fails_in_an_answer_is_reported_against_that_answer(course, manifest, tmp_path,
+                                                                                  capsys):
+    # halve passes its (hidden-only) test cell here, then breaks the worked example that runs it.
+    path = _student(course, tmp_path / LAB, {"add_one": ADD_ONE, "double": DOUBLE, "square": SQUARE,
+                                             "halve": HALVE_WITH_A_HELPER_ELSEWHERE})
+    report = check_notebook(path, manifest=manifest, gpu=False, progress=False)
+    printed = capsys.readouterr().out
+    (error,) = report.other_errors
+    assert (error.kind, error.answer, error.function, error.ename) == ("your answer", "halve", "halve", "NameError")
+    halve = report.exercises[-1]
+    assert halve.status == FAILED and "your `halve` (answer cell 'halve') raised NameError" in halve.message
+    assert not report.all_passed and report.ready
+    assert ("your `halve` (answer cell 'halve') raised NameError: name 'half_of' is not defined, in cell "
+            "`# A worked example that runs your halve.`") in printed
+    assert "not done" not in printed and "not written yet" not in printed
+
+
+def test_the_totals_add_up_over_several_notebooks_and_the_reports_go_to_json(course, manifest, tmp_path, capsys,
+                                                                              monkeypatch):
+    import course_lib.handin.manifest as manifest_module
+
+    monkeypatch.setattr(manifest_module, "load_manifest", lambda: manifest)
+    done = _student(course, tmp_path / "a" / LAB, {"add_one": ADD_ONE, "double": DOUBLE, "square": SQUARE,
+                                                   "halve": HALVE})
+    half = _student(course, tmp_path / "b" / LAB, {"add_one": ADD_ONE})
+    code = main(["check", str(done), str(half), "--json", str(tmp_path / "reports.json")])
+    printed = capsys.readouterr().out
+    assert code == 1   # the second one has visible tests to fix
+    assert ("All 2 notebooks: visible: 8 of 12 points; 4 more points are graded only with hidden inputs; "
+            "2 more points need a GPU; 2 of 2 files ready to hand in.") in printed, printed
+    reports = json.loads((tmp_path / "reports.json").read_text())
+    assert [report["totals"]["passed"] for report in reports] == [6, 2]
+    assert [exercise["status"] for exercise in reports[0]["exercises"]] == ["passed"] * 3 + ["graded later with hidden inputs"]
+
+
+def test_an_error_from_another_process_is_blamed_on_the_answer_its_message_names():
+    from course_lib.handin.blame import AnswerCells, blame
+
+    answers = AnswerCells()
+    answers.ran("pack_kv", "def pack_kv(cache, table):\n    return _flat(cache)\n\ndef _flat(x):\n    return x", 3,
+                unchanged=False)
+    answers.ran("unpack_kv", "def unpack_kv(data):\n    raise NotImplementedError()", 4, unchanged=True)
+    worker = {"ename": "RuntimeError", "evalue": "the prefill worker failed: NameError: name '_flat' is not defined",
+              "traceback": ["Cell In[9], line 2\n----> 2 run_disaggregated(pack_kv, unpack_kv)"]}
+    error = blame(worker, "cell `run_disaggregated(pack_kv, unpack_kv)`", "run_disaggregated(pack_kv, unpack_kv)",
+                  answers)
+    assert (error.kind, error.answer, error.function) == ("your answer", "pack_kv", "_flat")
+    assert "names your `_flat` (answer cell 'pack_kv')" in error.text()
+    stub = {"ename": "NotImplementedError", "evalue": "",
+            "traceback": ["Cell In[9], line 2, in <module>", "Cell In[4], line 2, in unpack_kv(data)"]}
+    assert blame(stub, "cell `x`", "unpack_kv(1)", answers).kind == "not written yet"
+    locked = {"ename": "NotImplementedError", "evalue": "course_lib.metrics.percentile is your exercise in Lab 0.2 "
+              "chapter 4 (...): write it there and pass your version in; ...", "traceback": []}
+    assert blame(locked, "cell `x`", "plot(results)", answers).kind == "locked in this kit"
+    plain = {"ename": "ValueError", "evalue": "bad input", "traceback": ["Cell In[9], line 1, in <module>"]}
+    assert blame(plain, "cell `x`", "pack_kv(1, 2)", answers).text() == \
+        "cell `x` raised ValueError: bad input (it runs your `pack_kv`)"
 
 
 def test_wrong_name_wrong_folder_copied_and_deleted_cells_are_named(course, manifest, tmp_path):
@@ -185,7 +275,7 @@ def test_wrong_name_wrong_folder_copied_and_deleted_cells_are_named(course, mani
     assert "rename it back to ch1.ipynb" in problems["name"]
     assert f"<student id>/{LAB}/ch1.ipynb" in problems["folder"]
     assert "test_add_one" in problems["copied cells"]
-    assert "deleted: test_square_gpu" in problems["test cells"]
+    assert "deleted: test_halve_hidden" in problems["test cells"]
     assert "JSON" not in problems
 
 
@@ -311,6 +401,8 @@ def test_submit_command_on_the_real_release_hands_in_only_the_changed_lab(tmp_pa
     expected = sorted(f"s42/{REAL_LAB}/{p.name}" for p in (ROOT / "labs" / REAL_LAB).glob("*.ipynb"))
     assert names == sorted([*expected, f"s42/{REAL_LAB}/timestamp.txt"])
     assert f"{REAL_LAB}: 5 notebooks" in printed and "lab02" not in printed
+    assert str(archive.resolve()) in printed   # where the zip is, whatever folder the student ran it from
+    assert "Not handed in yet: upload this zip" in printed
 
 
 # --------------------------------------------------------------------------------------------
@@ -410,7 +502,7 @@ def test_course_grade_grades_the_zip_that_course_submit_made(course, manifest, t
     (entry,) = report["submissions"]
     assert (entry["student"], entry["lab"]) == ("s7", LAB)
     cells = {cell["grade_id"]: cell for notebook in entry["notebooks"] for cell in notebook["cells"]}
-    assert cells["test_add_one"]["points"] == 2 and cells["test_double"]["points"] == 0
+    assert cells["test_add_one"]["points"] == 2 and cells["test_double"]["points"] == 0, entry
     assert cells["test_square"]["points"] == 0
     assert entry["timestamp"]   # timestamp.txt from the zip reached the grades
 
@@ -430,11 +522,26 @@ def test_the_kit_ships_the_manifest_the_student_commands_and_says_how_to_hand_in
     assert shipped == release_manifest(ROOT / "labs", [REAL_LAB])
     assert sorted(shipped[REAL_LAB]) == sorted(p.stem for p in (ROOT / "labs" / REAL_LAB).glob("*.ipynb"))
     readme, makefile = (kit / "README.md").read_text(), (kit / "Makefile").read_text()
-    for words in ("course check labs/", "check_notebook(", "course submit --student s1234567 --zip",
-                  "s1234567/lab01-text-to-tensors/04_paging.ipynb"):
+    for words in ("course check labs/lab01-text-to-tensors/01_tokenization.ipynb", 'check_notebook("01_tokenization',
+                  "course submit --student s1234567 --zip", "s1234567/lab01-text-to-tensors/01_tokenization.ipynb",
+                  "**Nothing is handed in until you upload that zip**", "`course check`, `course submit`"):
         assert words in readme, words
+    assert "course grade" not in readme and "course kit" not in readme
     assert "-m course_lib.handin.stubs" in makefile
     cli = subprocess.run([sys.executable, "-m", "course_lib.cli", "--help"], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(kit)}, cwd=tmp_path, timeout=120)
     listed = set(re.findall(r"^    (\w+)\s", cli.stdout, re.MULTILINE))
-    assert {"check", "submit", "chat", "bench"} <= listed and not {"grade", "release", "kit"} & listed, cli.stdout
+    # Lab 0.1 is locked here, so the commands that run the engine on its answers wait for a later kit.
+    assert listed == {"check", "submit", "loadtest"}, cli.stdout
+    assert "`course chat`, `course bench`, `course serve` run on the answers of Lab 0.1" in readme
+    for command, reason in (("chat", "runs on the answers of Lab 0.1, which are your exercises in this kit"),
+                            ("grade", "is an instructor's command")):
+        refused = subprocess.run([sys.executable, "-m", "course_lib.cli", command], capture_output=True, text=True,
+                                 env={**os.environ, "PYTHONPATH": str(kit)}, cwd=tmp_path, timeout=120)
+        assert refused.returncode == 2 and reason in refused.stderr, refused.stderr
+    assert "grade" not in cli.stdout and "release" not in cli.stdout, cli.stdout
+    for command in ("check", "submit"):   # their help shows this kit's lab, never the grader
+        shown = subprocess.run([sys.executable, "-m", "course_lib.cli", command, "--help"], capture_output=True,
+                               text=True, env={**os.environ, "PYTHONPATH": str(kit)}, cwd=tmp_path, timeout=120)
+        assert shown.returncode == 0 and "course grade" not in shown.stdout, shown.stdout
+    assert "labs/lab01-text-to-tensors/01_tokenization.ipynb" in shown.stdout or "lab01-text-to-tensors" in shown.stdout

@@ -431,7 +431,8 @@ def check_percentile(student_percentile: Callable, values: list[float], q: float
                     f"(n - 1) * q / 100 = {(n - 1) * q / 100:g}, so the median of [1, 2, 3, 4] is 2.5.")
         elif n > 1 and math.isclose(got, reference_percentile(values, min(q * 100, 100))) and q < 1:
             hint = "q is in percent (0..100), not a fraction: the 99th percentile is q = 99."
-        elif n > 1 and values != ordered and _unsorted_percentile(values, q) == got:
+        elif n > 1 and values != ordered and math.isclose(_unsorted_percentile(values, q), got,
+                                                          rel_tol=1e-9, abs_tol=1e-12):
             hint = "sort the values first: percentiles are read from the ordered list."
     else:
         hint = "return one number (a float)."
@@ -439,10 +440,13 @@ def check_percentile(student_percentile: Callable, values: list[float], q: float
 
 
 def _unsorted_percentile(values, q):
-    rank = (len(values) - 1) * q / 100
-    lower = math.floor(rank)
-    upper = min(lower + 1, len(values) - 1)
-    return values[lower] + (rank - lower) * (values[upper] - values[lower])
+    """What interpolating between the neighbours of rank (n - 1) * q / 100 gives on the list as given.
+
+    numpy's interpolation, not the exercise's code: a student kit with Lab 0.2 locked ships this module.
+    """
+    import numpy as np
+
+    return float(np.interp((len(values) - 1) * q / 100, np.arange(len(values)), np.asarray(values, dtype=float)))
 
 
 def reference_metrics(traces) -> dict:

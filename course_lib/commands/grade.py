@@ -57,8 +57,8 @@ examples:
   course grade submissions/ --out grades/ --resume                  # after a stop: only what is left
   course grade submissions/ --out grades/ --student alice           # regrade one student
   course grade submissions/ --out grades/ --cluster tcp://10.0.0.5:8786
-  course grade autograde/demo_submissions --out grading/demo --demo-specs autograde/demo
-                                                 # make demo: every demo student against its spec
+  course grade autograde/demo_submissions --out grading/demo-all --demo-specs autograde/demo
+                                                 # make demo-all: every demo student against its spec
 """
 
 

@@ -5,16 +5,19 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from course_lib.handin.manifest import example_notebook
+
 HELP = "Pack your notebooks for handing in: <student>/<lab>/<notebook>.ipynb, as a folder or a zip."
-DESCRIPTION = """\
-Copy your saved notebooks into the layout `course grade` reads:
+_LAB, _ = example_notebook()
+DESCRIPTION = f"""\
+Copy your saved notebooks into the layout the grader reads:
 
     <student id>/<lab>/<notebook>.ipynb      (the release's names)
     <student id>/<lab>/timestamp.txt         (when you handed in, UTC)
 
 as a folder (--out, default ./submission) or, with --zip, as one file named
-<student id>-<UTC time>.zip (in --out, default the current folder): upload that file where your
-course collects work. The grader accepts the zip as it is.
+<student id>-<UTC time>.zip (in --out, default the current folder). Nothing is handed in until you
+upload that file where your course collects work; the grader accepts the zip as it is.
 
 Which labs: those named with --lab, else every lab in which you changed an answer cell. Every
 release notebook of those labs goes in. A notebook that is not valid notebook JSON stops the
@@ -24,7 +27,7 @@ and run `course check` on them to see their visible tests.
 
 examples:
   course submit --student s1234567 --zip
-  course submit --student s1234567 --lab lab01-text-to-tensors --zip --out ~/handin
+  course submit --student s1234567 --lab {_LAB} --zip --out ~/handin
   course submit --student s1234567                          # the folder ./submission/s1234567/...
 """
 
@@ -63,7 +66,9 @@ def run(args) -> int:
         print(f"{lab}: {len(names)} notebook{'s' if len(names) != 1 else ''} ({', '.join(names)})")
     for note in hand_in.notes:
         print(f"  note: {note}")
-    print(f"\nHanded in at {hand_in.timestamp()}: {written}")
+    print(f"\nPacked at {hand_in.timestamp()}: {written.resolve()}")
     if args.zip:
-        print("Upload this zip where your course collects work; `course grade` reads it as it is.")
+        print("Not handed in yet: upload this zip where your course collects work (it is what the grader reads).")
+    else:
+        print("Not handed in yet: hand in this folder the way your course collects work (or use --zip for one file).")
     return 0

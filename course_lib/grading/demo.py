@@ -1,4 +1,4 @@
-"""The bundled demo submissions that ``make demo`` grades.
+"""The bundled demo submissions that ``make demo`` and ``make demo-all`` grade.
 
 Each demo student is a small spec, ``autograde/demo/<lab>/<student>.py``, whose file name names
 the bug it carries (``buggy-merge-order.py``)::
@@ -12,11 +12,14 @@ the bug it carries (``buggy-merge-order.py``)::
 A demo student hands in the notebooks its ``EXPECTED`` names, like a student who submitted only the
 chapters done so far (the others are graded as missing); with no ``EXPECTED`` (``correct``,
 ``blank``) it hands in every notebook of the lab. One bug per student, graded on the chapter it
-lives in, keeps ``make demo`` and the pipeline tests fast as labs grow.
+lives in, keeps the demos and the pipeline tests fast as labs grow.
 
-``make demo`` grades every demo student and compares each with its spec (``course grade
---demo-specs``): ``correct`` must score full marks, ``blank`` zero. The test suite, which must stay
-fast, grades each lab's ``attack-borrow-the-reference`` and Lab 0.1's ``attack-read-secrets``
+``make demo-all`` grades every demo student and compares each with its spec (``course grade
+--demo-specs``): ``correct`` must score full marks, ``blank`` zero. ``make demo`` grades a small
+class in minutes (``quick_demo_class``: per lab ``correct``, ``blank`` and one buggy student on one
+short chapter, and the lab's ``attack-borrow-the-reference``), compared with the same specs on the
+notebooks handed in. The test suite, which must stay fast, grades each lab's
+``attack-borrow-the-reference`` and Lab 0.1's ``attack-read-secrets``
 (``attack-*`` students are hostile code: borrowing the references, patching the checks, a fake
 NeedsGPU, reading the hidden tests; their EXPECTED may be 0 or full marks). An attack that borrows
 some answers and writes the others is also the suite's check that a lab's reference answers pass
@@ -181,7 +184,9 @@ class SpecComparison:
 def expected_scores(student: DemoStudent, notebooks: dict[str, float]) -> dict[str, float]:
     """What the spec promises per notebook: ``correct`` full marks, ``blank`` zero, others EXPECTED.
 
-    ``notebooks`` maps each graded notebook to its max_score (GPU-only cells already left out).
+    ``notebooks`` maps each notebook the student handed in to its max_score (GPU-only cells already
+    left out): ``make demo`` hands in one chapter of ``correct`` and ``blank`` per lab, ``make
+    demo-all`` every chapter.
     """
     if student.name == "correct":
         return dict(notebooks)
@@ -205,7 +210,7 @@ def compare_with_specs(report: dict, specs_root: Path) -> list[SpecComparison]:
         if student is None:
             continue
         graded = {nb["name"]: nb for nb in entry.get("notebooks", [])}
-        maxima = {name: float(nb["max_score"]) for name, nb in graded.items()}
+        maxima = {name: float(nb["max_score"]) for name, nb in graded.items() if nb.get("status") != "missing"}
         for name, expected in sorted(expected_scores(student, maxima).items()):
             notebook = graded.get(name)
             rows.append(SpecComparison(student.name, lab, name, expected,
@@ -222,3 +227,69 @@ def spec_table(rows: list[SpecComparison]) -> str:
         lines.append(f"{row.lab:<26} {row.student:<40} {row.notebook:<28} {row.expected:>8g} {got:>8}  "
                      + ("ok" if row.ok else "MISMATCH"))
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# make demo: a small class that shows the whole job in minutes
+# --------------------------------------------------------------------------------------------
+
+# The chapter of each lab that ``make demo`` hands in for correct, blank and one buggy student: a
+# short notebook to grade (measured: see README "make demo"). make demo-all grades every demo student.
+QUICK_DEMO_CHAPTERS = {
+    "lab01-text-to-tensors": "02_training_vs_inference",
+    "lab02-prefill-vs-decode": "02_prefill",
+    "lab03-kernels": "02_fused_rmsnorm",
+    "lab04-faster-decoding": "03_speculative_sampling",
+    "lab05-serving": "03_admission",
+}
+QUICK_DEMO_ATTACK = "attack-borrow-the-reference"
+
+
+def quick_demo_class(root: Path, out: Path, labs: list[str]) -> list[tuple[str, str, list[str]]]:
+    """Copy ``make demo``'s class out of the demo submissions into ``out``; returns (student, lab, notebooks).
+
+    Per lab: ``correct``, ``blank`` and the first buggy student of the lab's quick chapter, each
+    handing in that chapter alone, and the lab's ``attack-borrow-the-reference`` (its own chapters).
+    """
+    picked = []
+    for lab in labs:
+        chapter = QUICK_DEMO_CHAPTERS.get(lab) or sorted(p.stem for p in (root / "solutions" / lab).glob("*.ipynb"))[0]
+        students = {student.name: student for student in load_demo_students(root / DEMO_SPECS / lab)}
+        buggy = next((name for name, student in sorted(students.items())
+                      if name.startswith("buggy-") and set(student.expected) == {chapter}), None)
+        chosen = [("correct", [chapter]), ("blank", [chapter])]
+        if buggy:
+            chosen.append((buggy, [chapter]))
+        if QUICK_DEMO_ATTACK in students:
+            chosen.append((QUICK_DEMO_ATTACK, sorted(students[QUICK_DEMO_ATTACK].expected)))
+        for name, notebooks in chosen:
+            source, target = root / DEMO_SUBMISSIONS / name / lab, Path(out) / name / lab
+            target.mkdir(parents=True, exist_ok=True)
+            for notebook in notebooks:
+                shutil.copyfile(source / f"{notebook}.ipynb", target / f"{notebook}.ipynb")
+            picked.append((name, lab, notebooks))
+    return picked
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m course_lib.grading.demo OUT``: write make demo's class (see ``quick_demo_class``)."""
+    import argparse
+
+    from course_lib.grading.layout import find_repo_root, list_labs
+
+    parser = argparse.ArgumentParser(prog="python -m course_lib.grading.demo",
+                                     description="Copy make demo's small class out of autograde/demo_submissions.")
+    parser.add_argument("out", type=Path, help="folder to write <student>/<lab>/<notebook>.ipynb into (must not exist)")
+    args = parser.parse_args(argv)
+    if args.out.exists():
+        parser.error(f"{args.out} exists; remove it first")
+    root = find_repo_root()
+    picked = quick_demo_class(root, args.out, list_labs(root / "solutions"))
+    for name, lab, notebooks in picked:
+        print(f"  {lab:<26} {name:<40} {', '.join(notebooks)}")
+    print(f"{len(picked)} demo submissions in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

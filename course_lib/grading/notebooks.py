@@ -48,10 +48,23 @@ def grade_cells(notebook) -> list:
     return [cell for cell in notebook.cells if nbgrader_meta(cell).get("grade")]
 
 
-def cell_label(cell, index: int) -> str:
-    """How a message names a cell: its position and, if it has one, its nbgrader id."""
+def first_line(source: str, width: int = 60) -> str:
+    """The first line of a cell that is not blank, cut to ``width`` characters."""
+    line = next((line.strip() for line in source.splitlines() if line.strip()), "")
+    return line if len(line) <= width else line[:width - 3] + "..."
+
+
+def cell_label(cell, index: int | None = None) -> str:
+    """How a message names a cell: its nbgrader id if it has one, and its first line.
+
+    A reader finds a cell by what it says, not by its position (a count that includes markdown cells
+    matches nothing JupyterLab shows): ``cell 'test_pack_kv' (`from course_lib.checks import ...`)``
+    or ``cell `prefill = start_worker(pack_kv)```. ``index`` is accepted for old callers and unused.
+    """
     grade_id = nbgrader_meta(cell).get("grade_id")
-    return f"cell {index + 1}" + (f" ({grade_id})" if grade_id else "")
+    first = first_line(cell.get("source", "") if isinstance(cell, dict) else cell.source)
+    shown = f"`{first}`" if first else "(empty)"
+    return f"cell '{grade_id}' ({shown})" if grade_id else f"cell {shown}"
 
 
 # Metadata that changes from run to run or machine to machine and says nothing about content.

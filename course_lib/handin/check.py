@@ -1,6 +1,7 @@
 """``course check``: run a notebook's visible tests in a fresh kernel and say whether it is ready to hand in.
 
-What nbgrader's "Validate" does, in the course's words. Two parts:
+What nbgrader's "Validate" does, in the course's words, and no more than the visible tests can
+know. Two parts:
 
 - **the file** (``inspect_file``, no kernel needed): valid notebook JSON; a name and a folder the
   grader expects (``<lab>/<notebook>.ipynb`` as released); every test cell present and as released
@@ -10,8 +11,15 @@ What nbgrader's "Validate" does, in the course's words. Two parts:
   kernel on this edition of ``course_lib`` (what JupyterLab's "Restart and run all" does), the
   test cells as released. Each exercise (an answer cell and the test cells under it) is then
   *passed*, *failed* with the check's message (expected, got, hint), *not attempted* (its tests
-  stop at ``NotImplementedError``: the cell is still the release's stub) or *skipped: needs a GPU*,
-  with the points its test cells are worth.
+  stop at ``NotImplementedError``: the cell is still the release's stub), *skipped: needs a GPU*,
+  or *graded later with hidden inputs* when its test cells check nothing visibly (a released
+  hidden-only cell is imports and a comment: running it proves nothing, so it is never "passed").
+  The total says so: "visible: X of Y points; Z more points are graded only with hidden inputs".
+
+Any other cell that raises is blamed on the answer it came from where the traceback or the
+message shows one (``blame``): "your `pack_kv` (answer cell 'pack_kv') raised NameError, in cell
+`prefill = ...`" fails that exercise even though its visible tests passed, since the grader runs
+the same cell. Cells are named by their first line (``grading.notebooks.cell_label``).
 
 ``check_notebook(path)`` does both and prints the report; it is also what a notebook cell calls
 (``from course_lib.handin import check_notebook; check_notebook("04_paging.ipynb")``). Visible
@@ -29,17 +37,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
+from course_lib.handin.blame import ANSWER, EXAMPLE, LOCKED, NOT_WRITTEN, AnswerCells, CellError, blame
 from course_lib.handin.manifest import NotebookCell, load_manifest
 
-__all__ = ["CheckReport", "ExerciseResult", "FileCheck", "TestCellResult", "check_notebook", "inspect_file",
-           "run_visible_tests"]
+__all__ = ["CheckReport", "ExerciseResult", "FileCheck", "TestCellResult", "Totals", "check_notebook",
+           "has_visible_checks", "inspect_file", "run_visible_tests"]
 
 # Set in the kernel that `course check` runs, so a notebook cell that calls check_notebook does not
 # start a check of its own (which would run the notebook again, and again...).
 INSIDE_CHECK = "COURSE_CHECK_RUNNING"
 
-PASSED, FAILED, NOT_ATTEMPTED, SKIPPED_GPU, NOT_RUN, NO_TESTS = (
-    "passed", "failed", "not attempted", "skipped: needs a GPU", "not run", "no test cell of its own")
+PASSED, FAILED, NOT_ATTEMPTED, SKIPPED_GPU, NOT_RUN, NO_TESTS, HIDDEN_ONLY = (
+    "passed", "failed", "not attempted", "skipped: needs a GPU", "not run", "no test cell of its own",
+    "graded later with hidden inputs")
 
 
 @dataclass(frozen=True)
@@ -57,26 +67,62 @@ class TestCellResult:
     points: float
     status: str
     message: str = ""
+    visible: bool = True   # the released cell checks something here; else only hidden tests do, when graded
+    ename: str = ""        # the exception that failed it, if one did
 
 
 @dataclass
 class ExerciseResult:
-    """An answer cell and the test cells under it."""
+    """An answer cell, the test cells under it, and the other cells that failed because of it."""
 
     grade_id: str
     tests: list[TestCellResult]
     status: str
     message: str = ""
     unchanged: bool = False   # the answer cell is exactly as released
+    example_errors: list[CellError] = field(default_factory=list)
+
+    def _counted(self, visible: bool) -> list[TestCellResult]:
+        return [test for test in self.tests if test.status != SKIPPED_GPU and test.visible == visible]
 
     @property
     def points(self) -> float:
-        """Points at stake: the test cells that count on this machine (GPU-only ones need a GPU)."""
-        return sum(test.points for test in self.tests if test.status != SKIPPED_GPU)
+        """Points the visible tests decide here (GPU-only cells count only on a GPU)."""
+        return sum(test.points for test in self._counted(visible=True))
+
+    @property
+    def hidden_points(self) -> float:
+        """Points of test cells with no visible check: decided only by the hidden tests, when graded."""
+        return sum(test.points for test in self._counted(visible=False))
 
     @property
     def points_passed(self) -> float:
-        return sum(test.points for test in self.tests if test.status == PASSED)
+        return sum(test.points for test in self._counted(visible=True) if test.status == PASSED)
+
+
+@dataclass
+class Totals:
+    """Points over one notebook or several: what the visible tests say, and what they cannot."""
+
+    passed: float = 0.0
+    visible: float = 0.0
+    hidden_only: float = 0.0
+    needs_gpu: float = 0.0
+
+    def __add__(self, other: Totals) -> Totals:
+        return Totals(self.passed + other.passed, self.visible + other.visible, self.hidden_only + other.hidden_only,
+                      self.needs_gpu + other.needs_gpu)
+
+    def text(self) -> str:
+        line = f"visible: {_points(self.passed)} of {_points(self.visible)} points"
+        if self.hidden_only:
+            one = self.hidden_only == 1
+            line += f"; {_points(self.hidden_only)} more point{'' if one else 's'} {'is' if one else 'are'} graded " \
+                    "only with hidden inputs"
+        if self.needs_gpu:
+            one = self.needs_gpu == 1
+            line += f"; {_points(self.needs_gpu)} more point{'' if one else 's'} need{'s' if one else ''} a GPU"
+        return line
 
 
 @dataclass(repr=False)
@@ -86,7 +132,7 @@ class CheckReport:
     notebook: str | None = None
     file_checks: list[FileCheck] = field(default_factory=list)
     exercises: list[ExerciseResult] = field(default_factory=list)
-    other_errors: list[str] = field(default_factory=list)   # cells that are no test cell and raised
+    other_errors: list[CellError] = field(default_factory=list)   # cells that are no test cell and raised
     seconds: float = 0.0
     ran: bool = False
     note: str = ""
@@ -98,16 +144,41 @@ class CheckReport:
 
     @property
     def all_passed(self) -> bool:
-        return self.ran and all(ex.status in (PASSED, SKIPPED_GPU, NO_TESTS) for ex in self.exercises)
+        """Every visible test passes, and no other cell failed in an answer or while running one."""
+        return self.ran and all(ex.status in (PASSED, SKIPPED_GPU, NO_TESTS, HIDDEN_ONLY) for ex in self.exercises) \
+            and not any(error.kind == ANSWER or (error.kind == EXAMPLE and error.uses) for error in self.other_errors)
+
+    @property
+    def totals(self) -> Totals:
+        gpu = sum(t.points for ex in self.exercises for t in ex.tests if t.status == SKIPPED_GPU)
+        return Totals(sum(ex.points_passed for ex in self.exercises), sum(ex.points for ex in self.exercises),
+                      sum(ex.hidden_points for ex in self.exercises), gpu)
 
     def text(self) -> str:
         return format_report(self)
 
+    def to_dict(self) -> dict:
+        """The report as plain data (``course check --json``)."""
+        totals = self.totals
+        return {
+            "path": str(self.path), "lab": self.lab, "notebook": self.notebook, "ran": self.ran,
+            "ready": self.ready, "all_passed": self.all_passed, "seconds": round(self.seconds, 2), "note": self.note,
+            "totals": {"passed": totals.passed, "visible": totals.visible, "hidden_only": totals.hidden_only,
+                       "needs_gpu": totals.needs_gpu},
+            "file_checks": [{"ok": c.ok, "what": c.what, "detail": c.detail} for c in self.file_checks],
+            "exercises": [{"grade_id": ex.grade_id, "status": ex.status, "message": ex.message,
+                           "unchanged": ex.unchanged, "points": ex.points, "hidden_points": ex.hidden_points,
+                           "points_passed": ex.points_passed,
+                           "tests": [{"grade_id": t.grade_id, "points": t.points, "status": t.status,
+                                      "message": t.message, "visible": t.visible, "ename": t.ename}
+                                     for t in ex.tests],
+                           "example_errors": [error.to_dict() for error in ex.example_errors]}
+                          for ex in self.exercises],
+            "other_errors": [error.to_dict() for error in self.other_errors],
+        }
+
     def __repr__(self) -> str:   # what a notebook cell shows after the printed report: one line
-        passed = sum(ex.points_passed for ex in self.exercises)
-        stake = sum(ex.points for ex in self.exercises)
-        return (f"CheckReport({self.path.name}: visible tests worth {passed:g} of {stake:g} points pass; "
-                f"ready to hand in: {'yes' if self.ready else 'no'})")
+        return f"CheckReport({self.path.name}: {self.totals.text()}; ready to hand in: {'yes' if self.ready else 'no'})"
 
 
 # --------------------------------------------------------------------------------------------
@@ -207,17 +278,41 @@ def _error_outputs(outputs: list[dict]) -> list[dict]:
     return [output for output in outputs if output.get("output_type") == "error"]
 
 
-def _test_status(outputs: list[dict]) -> tuple[str, str]:
+def has_visible_checks(source: str) -> bool:
+    """Whether a released test cell checks anything itself (a hidden-only cell is imports and a comment)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return True
+    return any(not isinstance(node, (ast.Import, ast.ImportFrom, ast.Pass))
+               and not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)) for node in tree.body)
+
+
+@dataclass
+class _Outcome:
+    status: str
+    message: str = ""
+    ename: str = ""
+
+
+def _test_outcome(outputs: list[dict], visible: bool, cell_name: str, source: str, answers: AnswerCells) -> _Outcome:
     errors = _error_outputs(outputs)
     if not errors:
-        return PASSED, ""
+        return _Outcome(PASSED if visible else HIDDEN_ONLY)
     error = errors[-1]
     ename, evalue = error.get("ename", "Error"), str(error.get("evalue", "")).strip()
     if ename == "NeedsGPU":
-        return SKIPPED_GPU, evalue
+        return _Outcome(SKIPPED_GPU, evalue, ename)
     if ename == "NotImplementedError":
-        return NOT_ATTEMPTED, f"NotImplementedError{': ' + evalue if evalue else ''}"
-    return FAILED, f"{ename}: {evalue}" if evalue else ename
+        return _Outcome(NOT_ATTEMPTED, f"NotImplementedError{': ' + evalue if evalue else ''}", ename)
+    message = f"{ename}: {evalue}" if evalue else ename
+    if ename not in ("CheckFailed", "AssertionError"):   # a crash, not a verdict: say whose code it came from
+        blamed = blame(error, cell_name, source, answers)
+        if blamed.kind == ANSWER and blamed.evidence == "traceback":
+            message += f"\n(raised in your `{blamed.function}`, answer cell '{blamed.answer}')"
+    return _Outcome(FAILED, message, ename)
 
 
 def _workdir(path: Path, lab: str | None, scratch: Path) -> Path:
@@ -235,15 +330,27 @@ def _workdir(path: Path, lab: str | None, scratch: Path) -> Path:
     return workdir
 
 
+@dataclass
+class VisibleRun:
+    """What running a notebook's cells found: test outcomes by grade_id, the other cells that raised."""
+
+    results: dict[str, _Outcome]
+    other_errors: list[CellError]
+    seconds: float
+
+
 def run_visible_tests(path: Path, notebook, release: list[NotebookCell] | None, *, lab: str | None = None,
                       timeout: float = 300, gpu: bool | None = None,
-                      on_cell: Callable[[int, int], None] | None = None):
-    """Run every code cell of ``notebook`` in a fresh kernel; returns (test results by grade_id, other errors, s).
+                      on_cell: Callable[[int, int], None] | None = None) -> VisibleRun:
+    """Run every code cell of ``notebook`` in a fresh kernel, top to bottom (module docstring).
 
     Test cells run as released (``release``'s sources) where the manifest knows them; GPU-only test
-    cells are skipped on a machine without a GPU, as the grader does.
+    cells are skipped on a machine without a GPU, as the grader does. An error of any other cell is
+    blamed on the answer it came from, where the traceback or the message shows one (``blame``).
     """
     import course_lib
+    from nbgrader.utils import compute_checksum
+
     from course_lib.grading.layout import gpu_available
     from course_lib.grading.notebooks import cell_label, nbgrader_meta
     from course_lib.grading.sandbox import NONE, Isolation
@@ -251,10 +358,12 @@ def run_visible_tests(path: Path, notebook, release: list[NotebookCell] | None, 
 
     gpu = gpu_available() if gpu is None else gpu
     released = {cell["grade_id"]: cell for cell in release or [] if cell["kind"] == "test"}
+    released_answers = {cell["grade_id"]: cell.get("checksum") for cell in release or [] if cell["kind"] == "answer"}
     edition = Path(course_lib.__file__).resolve().parent.parent
-    code_cells = [(index, cell) for index, cell in enumerate(notebook.cells) if cell.cell_type == "code"]
-    results: dict[str, tuple[str, str]] = {}
-    other_errors: list[str] = []
+    code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    results: dict[str, _Outcome] = {}
+    other_errors: list[CellError] = []
+    answers = AnswerCells()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="course-check-") as scratch:
         workdir = _workdir(Path(path), lab, Path(scratch))
@@ -262,34 +371,38 @@ def run_visible_tests(path: Path, notebook, release: list[NotebookCell] | None, 
                                environment={INSIDE_CHECK: "1"})
         with kernel:
             died = None
-            for done, (index, cell) in enumerate(code_cells):
+            for done, cell in enumerate(code_cells):
                 meta = nbgrader_meta(cell)
                 grade_id = meta.get("grade_id") if meta.get("grade") else None
                 if died is not None:
                     if grade_id:
-                        results[grade_id] = (NOT_RUN, f"not run: the kernel died in {died}")
+                        results[grade_id] = _Outcome(NOT_RUN, f"not run: the kernel died in {died}")
                     continue
                 source = released[grade_id]["source"] if grade_id in released else cell.source
                 if grade_id and released.get(grade_id, {}).get("needs_gpu") and not gpu:
-                    results[grade_id] = (SKIPPED_GPU, "this machine has no GPU (the grader skips it there too)")
+                    results[grade_id] = _Outcome(SKIPPED_GPU, "this machine has no GPU (the grader skips it there too)")
                     continue
                 try:
-                    outputs = kernel.run_cell(source, timeout)["outputs"]
+                    reply = kernel.run_cell(source, timeout)
                 except KernelDied as error:
-                    died = cell_label(cell, index)
-                    outputs = [{"output_type": "error", "ename": "KernelDied", "evalue": str(error)}]
+                    died = cell_label(cell)
+                    reply = {"outputs": [{"output_type": "error", "ename": "KernelDied", "evalue": str(error)}]}
+                outputs = reply["outputs"]
+                if meta.get("solution") and not grade_id:
+                    checksum = released_answers.get(meta.get("grade_id"))
+                    answers.ran(meta.get("grade_id"), source, reply.get("execution_count"),
+                                unchanged=bool(checksum) and compute_checksum(cell) == checksum)
                 if grade_id:
-                    results[grade_id] = _test_status(outputs)
+                    results[grade_id] = _test_outcome(outputs, has_visible_checks(source), cell_label(cell), source,
+                                                      answers)
                 else:
-                    for error in _error_outputs(outputs):
-                        first = (str(error.get("evalue", "")).strip().splitlines() or [""])[0]
-                        other_errors.append(f"{cell_label(cell, index)}: {error.get('ename')}: {first}"[:200])
+                    other_errors += [blame(error, cell_label(cell), source, answers) for error in _error_outputs(outputs)]
                 if on_cell:
                     on_cell(done + 1, len(code_cells))
-    return results, other_errors, time.perf_counter() - started
+    return VisibleRun(results, other_errors, time.perf_counter() - started)
 
 
-def _exercises(notebook, release: list[NotebookCell] | None, results: dict[str, tuple[str, str]]) -> list[ExerciseResult]:
+def _exercises(notebook, release: list[NotebookCell] | None, run: VisibleRun) -> list[ExerciseResult]:
     """Group test results under the answer cell above them (the release's order, else the file's)."""
     from nbgrader.utils import compute_checksum
 
@@ -300,8 +413,11 @@ def _exercises(notebook, release: list[NotebookCell] | None, results: dict[str, 
         for cell in notebook.cells:
             meta = nbgrader_meta(cell)
             if meta.get("solution") or meta.get("grade"):
-                release.append({"grade_id": meta["grade_id"], "kind": "test" if meta.get("grade") else "answer",
-                                "points": float(meta.get("points") or 0), "checksum": ""})
+                entry = {"grade_id": meta["grade_id"], "kind": "test" if meta.get("grade") else "answer",
+                         "points": float(meta.get("points") or 0), "checksum": ""}
+                if meta.get("grade"):
+                    entry["source"] = cell.source
+                release.append(entry)
     student_cells = {nbgrader_meta(cell).get("grade_id"): cell for cell in notebook.cells}
     exercises: list[ExerciseResult] = []
     for cell in release:
@@ -312,8 +428,14 @@ def _exercises(notebook, release: list[NotebookCell] | None, results: dict[str, 
             continue
         if not exercises:   # a test cell above every answer cell: its own line
             exercises.append(ExerciseResult("(before any answer cell)", [], NO_TESTS))
-        status, message = results.get(cell["grade_id"], (NOT_RUN, "not run: the cell is not in this file"))
-        exercises[-1].tests.append(TestCellResult(cell["grade_id"], cell["points"], status, message))
+        outcome = run.results.get(cell["grade_id"], _Outcome(NOT_RUN, "not run: the cell is not in this file"))
+        visible = has_visible_checks(cell.get("source") or "") if "source" in cell else True
+        exercises[-1].tests.append(TestCellResult(cell["grade_id"], cell["points"], outcome.status, outcome.message,
+                                                  visible, outcome.ename))
+    by_id = {exercise.grade_id: exercise for exercise in exercises}
+    for error in run.other_errors:
+        if error.kind == ANSWER and error.answer in by_id:
+            by_id[error.answer].example_errors.append(error)
     for exercise in exercises:
         exercise.status, exercise.message = _exercise_status(exercise)
     return exercises
@@ -321,18 +443,26 @@ def _exercises(notebook, release: list[NotebookCell] | None, results: dict[str, 
 
 def _exercise_status(exercise: ExerciseResult) -> tuple[str, str]:
     counted = [test for test in exercise.tests if test.status != SKIPPED_GPU]
+    visible = [test for test in counted if test.visible]
+    broken = f"{exercise.example_errors[0].text()}" if exercise.example_errors else ""
     if not exercise.tests:
-        return NO_TESTS, "later test cells use it"
+        return (FAILED, broken) if broken else (NO_TESTS, "later test cells use it")
     if not counted:
         return SKIPPED_GPU, "its test cells need a GPU"
-    if all(test.status == PASSED for test in counted):
-        return PASSED, f"{len(counted)} test cell{'s' if len(counted) > 1 else ''}"
-    if all(test.status == NOT_ATTEMPTED for test in counted):
+    if all(test.status == NOT_ATTEMPTED for test in counted) or (exercise.unchanged and not visible):
         why = "the answer cell is as released" if exercise.unchanged else "your code still raises NotImplementedError"
         return NOT_ATTEMPTED, why
-    failing = next(test for test in counted if test.status != PASSED)
-    passed = sum(test.status == PASSED for test in counted)
-    return FAILED, f"{failing.grade_id} ({passed} of {len(counted)} test cells pass): {failing.message}"
+    failing = next((test for test in counted if test.status not in (PASSED, HIDDEN_ONLY)), None)
+    if failing is not None:
+        passed = sum(test.status == PASSED for test in visible)
+        return FAILED, f"{failing.grade_id} ({passed} of {len(visible)} visible test cells pass): {failing.message}"
+    if broken:
+        return FAILED, f"its visible tests pass, but {broken}" if visible else broken
+    hidden = sum(test.points for test in counted if not test.visible)
+    if not visible:
+        return HIDDEN_ONLY, f"{_points(hidden)} points: no visible check, the hidden tests decide them"
+    later = f"; {_points(hidden)} more points with hidden inputs only" if hidden else ""
+    return PASSED, f"{len(visible)} visible test cell{'s' if len(visible) > 1 else ''}{later}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -362,14 +492,13 @@ def check_notebook(path, *, timeout: float = 300, gpu: bool | None = None, manif
         release = manifest[lab][name] if lab else None
         bar = _progress_bar(progress, sum(cell.cell_type == "code" for cell in notebook.cells))
         try:
-            results, report.other_errors, report.seconds = run_visible_tests(
-                path, notebook, release, lab=lab, timeout=timeout, gpu=gpu,
-                on_cell=(lambda done, total: bar.update(1)) if bar else None)
+            run = run_visible_tests(path, notebook, release, lab=lab, timeout=timeout, gpu=gpu,
+                                    on_cell=(lambda done, total: bar.update(1)) if bar else None)
         finally:
             if bar:
                 bar.close()
-        report.ran = True
-        report.exercises = _exercises(notebook, release, results)
+        report.ran, report.seconds, report.other_errors = True, run.seconds, run.other_errors
+        report.exercises = _exercises(notebook, release, run)
     if show:
         print(report.text())
     return report
@@ -387,6 +516,22 @@ def _points(value: float) -> str:
     return f"{value:g}"
 
 
+def _points_column(exercise: ExerciseResult) -> str:
+    """Visible points, and in brackets the points only hidden tests decide: "3", "(2)", "3 +2"."""
+    if exercise.points and exercise.hidden_points:
+        return f"{_points(exercise.points)} +{_points(exercise.hidden_points)}"
+    if exercise.hidden_points:
+        return f"({_points(exercise.hidden_points)})"
+    return _points(exercise.points)
+
+
+_OTHER_ERROR_NOTES = {
+    NOT_WRITTEN: "they run once you write the exercise they use",
+    LOCKED: "the course's code reached a part this kit does not ship yet: not your fault, tell your instructor",
+    EXAMPLE: "a worked example or experiment that stopped; read its message",
+}
+
+
 def format_report(report: CheckReport) -> str:
     from course_lib.exercises import lab_title
 
@@ -396,26 +541,32 @@ def format_report(report: CheckReport) -> str:
         where = f"{lab_title(report.lab)} chapter {report.notebook}" if report.lab else "this notebook"
         lines.append(f"{where}: every cell ran in a fresh kernel in {report.seconds:.1f} s\n")
         width = max([len("exercise"), *(len(ex.grade_id) for ex in report.exercises)])
-        lines.append(f"  {'exercise':<{width}}  points  result")
+        lines.append(f"  {'exercise':<{width}}  {'points':>6}  result")
         for exercise in report.exercises:
             message_lines = exercise.message.splitlines() or [""]
             head = f"{exercise.status}" + (f": {message_lines[0]}" if message_lines[0] else "")
-            if exercise.status in (PASSED, NOT_ATTEMPTED, NO_TESTS, SKIPPED_GPU) and message_lines[0]:
+            if exercise.status in (PASSED, NOT_ATTEMPTED, NO_TESTS, SKIPPED_GPU, HIDDEN_ONLY) and message_lines[0]:
                 head = f"{exercise.status} ({message_lines[0]})"
-            lines.append(f"  {exercise.grade_id:<{width}}  {_points(exercise.points):>6}  {head}")
+            lines.append(f"  {exercise.grade_id:<{width}}  {_points_column(exercise):>6}  {head}")
             for extra in message_lines[1:] if exercise.status == FAILED else []:
                 lines.append(f"  {'':<{width}}  {'':>6}    {extra.strip()}")
-        stake = sum(ex.points for ex in report.exercises)
-        passed = sum(ex.points_passed for ex in report.exercises)
-        gpu_points = sum(t.points for ex in report.exercises for t in ex.tests if t.status == SKIPPED_GPU)
-        lines.append(f"\nVisible tests: test cells worth {_points(passed)} of {_points(stake)} points pass"
-                     + (f" ({_points(gpu_points)} more need a GPU)" if gpu_points else "")
-                     + ". Grading also runs hidden tests with other inputs.")
-        if report.other_errors:
-            lines.append("Other cells that raised (a worked example stops when an exercise it uses is not done):")
-            lines += [f"  {error}" for error in report.other_errors[:8]]
-            if len(report.other_errors) > 8:
-                lines.append(f"  ... and {len(report.other_errors) - 8} more")
+        totals = report.totals
+        lines.append(f"\nTotal: {totals.text()}." + (
+            " In the points column, (N) and +N are points no visible check decides: the hidden tests decide them "
+            "when your work is graded." if totals.hidden_only else "")
+            + " Grading also runs hidden tests with other inputs on every exercise.")
+        unblamed = [error for error in report.other_errors if error.kind != ANSWER]
+        blamed = [error for error in report.other_errors if error.kind == ANSWER]
+        if blamed:
+            lines.append("Cells that failed because of your answers (fix these: the grader runs the same cells):")
+            lines += [f"  {error.text()}" for error in blamed[:8]]
+        for kind, note in _OTHER_ERROR_NOTES.items():
+            errors = [error for error in unblamed if error.kind == kind]
+            if errors:
+                lines.append(f"Other cells that raised ({note}):")
+                lines += [f"  {error.text()}" for error in errors[:8]]
+                if len(errors) > 8:
+                    lines.append(f"  ... and {len(errors) - 8} more")
     elif report.note:
         lines.append(report.note)
     lines.append(f"\nThe file to hand in? {'yes' if report.ready else 'NO'}")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import nbformat
 
-__all__ = ["MANIFEST_FILE", "NotebookCell", "load_manifest", "release_manifest", "write_manifest"]
+__all__ = ["MANIFEST_FILE", "NotebookCell", "example_in", "example_notebook", "load_manifest", "release_manifest", "write_manifest"]
 
 MANIFEST_FILE = Path(__file__).resolve().parent.parent / "_release.json"
 
@@ -78,3 +78,30 @@ def load_manifest() -> dict[str, dict[str, list[NotebookCell]]]:
     raise FileNotFoundError(
         f"{MANIFEST_FILE} is missing, so the release notebooks are unknown: this copy of course_lib is not a "
         "student kit built by `course kit` (nor the course repository). Ask your instructor for the kit.")
+
+
+INSTRUCTOR_EXAMPLE = ("lab01-text-to-tensors", "04_paging")
+
+
+def example_in(manifest: dict, locked) -> tuple[str, str]:
+    """(lab, notebook stem) to show in help texts for a kit with this manifest and these locked labs:
+    the first chapter of the first lab students work on (a locked one), so a Lab 0.3 kit never shows
+    a Lab 0.1 path."""
+    labs = [lab for lab in manifest if manifest[lab]]
+    if not labs:
+        return INSTRUCTOR_EXAMPLE
+    lab = next((lab for lab in labs if lab in locked), labs[0])
+    return lab, sorted(manifest[lab])[0]
+
+
+def example_notebook() -> tuple[str, str]:
+    """``example_in`` for this copy of the library: its kit's manifest, or Lab 0.1's paging chapter."""
+    if not MANIFEST_FILE.is_file():
+        return INSTRUCTOR_EXAMPLE
+    from course_lib.exercises import locked_labs
+
+    try:
+        manifest = json.loads(MANIFEST_FILE.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return INSTRUCTOR_EXAMPLE
+    return example_in(manifest, locked_labs())

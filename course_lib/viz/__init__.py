@@ -128,24 +128,18 @@ def _toy_bpe_trace(text: str, num_merges: int) -> list[tuple[tuple[int, int] | N
     merged pair and the ids after replacing it. The most frequent adjacent pair wins; ties go to
     the smallest pair, comparing (left, right) as tuples (Lab 0.1's rule). New ids are 256, 257, ...
     """
+    # The course's own BPE (Lab 0.1's references), never a copy of it: in a student kit with Lab 0.1
+    # locked these raise, and the book, which draws this figure, is built from the instructor's edition.
+    from course_lib.tokenizer import best_pair, get_pair_counts, merge_pair
+
     ids = list(text.encode("utf-8"))
     trace: list[tuple[tuple[int, int] | None, list[int]]] = [(None, ids)]
     for new_id in range(256, 256 + num_merges):
-        counts: dict[tuple[int, int], int] = {}
-        for pair in zip(ids, ids[1:]):
-            counts[pair] = counts.get(pair, 0) + 1
+        counts = get_pair_counts(ids)
         if not counts or max(counts.values()) < 2:
             break
-        best = min(counts, key=lambda pair: (-counts[pair], pair))  # most frequent, then smallest
-        merged, i = [], 0
-        while i < len(ids):
-            if i + 1 < len(ids) and (ids[i], ids[i + 1]) == best:
-                merged.append(new_id)
-                i += 2
-            else:
-                merged.append(ids[i])
-                i += 1
-        ids = merged
+        best = best_pair(counts)
+        ids = merge_pair(ids, best, new_id)
         trace.append((best, ids))
     return trace
 
