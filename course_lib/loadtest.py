@@ -32,6 +32,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import openai  # imported with this module: importing it inside a running load test would stall every task for a second
+
 from course_lib.exercises import exercise
 
 __all__ = [
@@ -103,8 +105,6 @@ async def stream_request(client, url: str, prompt: str, max_tokens: int, *, t0: 
     connections, with its retries off), as a real user's program would read them; reading them
     from the raw lines yourself is chapter 1's exercise.
     """
-    import openai
-
     api = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", http_client=client, max_retries=0)
     # ignore_eos: every answer has exactly max_tokens tokens, so runs at different loads do the same work.
     body = {"temperature": 0.0, "ignore_eos": True, **(extra or {})}
@@ -272,8 +272,14 @@ class _SecondsBar:
         self.bar.close()
 
 
+def _warm_up_client() -> None:
+    """Build one ``openai`` client here, so the lazy imports of the first one do not stall a running load test."""
+    openai.AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="unused", max_retries=0).completions  # noqa: B018
+
+
 def run_coroutine(make_coroutine: Callable[[], Any], timeout_s: float, *, progress: _SecondsBar | None = None) -> Any:
     """``asyncio.run(make_coroutine())`` in a new thread (with a time limit); its result or its exception."""
+    _warm_up_client()
     outcome: dict[str, Any] = {}
 
     def target() -> None:

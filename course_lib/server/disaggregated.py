@@ -42,6 +42,7 @@ without pack/unpack starts a single worker. Either way the backend serves HTTP t
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 import queue
@@ -268,8 +269,10 @@ def _serve(role: str, engine, allocator, inbox, peer, results) -> None:
             break
         if not engine.has_unfinished():
             continue
+        tokens_before, started = engine.stats.num_batched_tokens, time.perf_counter()
         outputs = engine.step()
         now = time.perf_counter()
+        results.put(("step", role, engine.stats.num_batched_tokens - tokens_before, now - started))
         for output in outputs:
             request_id = output.request_id
             if role == "decode" and request_id in allocator.unpack_seconds:
@@ -355,6 +358,10 @@ class DisaggregatedBackend:
         self._stopping = False
         self.transfers: list[dict] = []
         """One dict per shipped request: bytes, pack_s, trip_s (queue to the decode worker), unpack_s."""
+        self.steps: collections.deque = collections.deque(maxlen=100_000)
+        """One dict per engine step of either worker, in order: worker ("prefill" or "decode"; in
+        colocated mode the prefill worker's engine runs whole requests), tokens (prompt and decode
+        tokens the step computed), seconds (how long it took)."""
         self.tokenizer = None
         self.max_model_len = None
         self.failure: str | None = None
@@ -507,7 +514,9 @@ class DisaggregatedBackend:
                 return
             if kind == "failed":
                 self._fail(message[2])
-            if kind == "transfer":
+            if kind == "step":
+                self.steps.append({"worker": message[1], "tokens": message[2], "seconds": message[3]})
+            elif kind == "transfer":
                 _, request_id, num_bytes, pack_seconds, trip_seconds = message
                 transfers[request_id] = {"bytes": num_bytes, "pack_s": pack_seconds, "trip_s": trip_seconds}
             elif kind == "unpacked":
