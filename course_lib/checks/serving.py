@@ -640,7 +640,7 @@ def check_transfer_in_engine(pack_kv, unpack_kv, max_tokens: int = 8) -> None:
     from course_lib.engine import LLMEngine
     from course_lib.sampling import SamplingParams
     from course_lib.server.disaggregated import _ExportingAllocator, _ImportingAllocator
-    from course_lib.server.shipping import shipped_copy
+    from course_lib.server.shipping import MissingName, shipped_copy
 
     require_own_implementation(pack_kv, "pack_kv")
     require_own_implementation(unpack_kv, "unpack_kv")
@@ -657,7 +657,7 @@ def check_transfer_in_engine(pack_kv, unpack_kv, max_tokens: int = 8) -> None:
     colocated = LLMEngine(model, tokenizer, num_blocks=32, block_size=4).generate([prompt], greedy)[0].token_ids
 
     def student_pack(*args):
-        return call_student(pack_kv, "pack_kv", *args, copy_args=False, show_args=False)
+        return call_student(pack_kv, "pack_kv", *args, copy_args=False, show_args=False, hints={MissingName: ship_hint})
 
     prefill = LLMEngine(model, tokenizer, allocator=_ExportingAllocator(32, 4, pack=student_pack))
     _scramble_free_blocks(prefill.allocator)
@@ -675,6 +675,7 @@ def check_transfer_in_engine(pack_kv, unpack_kv, max_tokens: int = 8) -> None:
                  hint="exactly the prompt's tokens: the empty tail of the last block stays home.")
 
     receiver = _ImportingAllocator(32, 4, unpack=lambda *a: call_student(unpack_kv, "unpack_kv", *a, copy_args=False,
+                                                                         hints={MissingName: ship_hint},
                                                                          show_args=False))
     decode = LLMEngine(model, tokenizer, allocator=receiver)
     receiver.kv_cache = decode.kv_cache

@@ -26,7 +26,7 @@ import linecache
 import textwrap
 from collections.abc import Callable
 
-__all__ = ["ShippingError", "function_source", "guarded", "load_function", "shipped_copy"]
+__all__ = ["MissingName", "ShippingError", "function_source", "guarded", "load_function", "shipped_copy"]
 
 _HOW_FUNCTIONS_TRAVEL = ("functions reach the workers by their source: a worker runs the imports and definitions "
                          "(functions, classes, constants) of the cell that defines {name}, and nothing else of the "
@@ -35,6 +35,10 @@ _HOW_FUNCTIONS_TRAVEL = ("functions reach the workers by their source: a worker 
 
 class ShippingError(RuntimeError):
     """A function could not be sent to a worker, or failed there; the message says why and what to do."""
+
+
+class MissingName(ShippingError):
+    """A shipped function used a name its cell does not define (a helper left in another cell)."""
 
 
 def _kept(node: ast.stmt) -> bool:
@@ -122,9 +126,9 @@ def guarded(function: Callable, name: str, where: str) -> Callable:
         except NotImplementedError:
             raise  # not written yet: the caller says so in its own words
         except Exception as error:
-            hint = ""
+            message = f"your {name} raised {type(error).__name__}: {error} in {where}"
             if isinstance(error, NameError):
-                hint = " (" + _HOW_FUNCTIONS_TRAVEL.format(name=name) + ")"
-            raise ShippingError(f"your {name} raised {type(error).__name__}: {error} in {where}{hint}") from error
+                raise MissingName(f"{message} (" + _HOW_FUNCTIONS_TRAVEL.format(name=name) + ")") from error
+            raise ShippingError(message) from error
 
     return call
