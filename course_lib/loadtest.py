@@ -32,6 +32,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import openai  # imported with this module: importing it inside a running load test would stall every task for a second
+
 from course_lib.exercises import exercise
 
 __all__ = [
@@ -92,43 +94,41 @@ async def stream_request(client, url: str, prompt: str, max_tokens: int, *, t0: 
                          extra: dict | None = None) -> dict:
     """Send one streamed ``/v1/completions`` request; return its wire record (times relative to ``t0``).
 
-    client: an ``httpx.AsyncClient``. Greedy, with ``ignore_eos`` (override in ``extra``). The record is a dict:
+    client: an ``httpx.AsyncClient`` (its connections carry the request). Greedy, with
+    ``ignore_eos`` (override in ``extra``, a dict of more body fields). The record is a dict:
     ``sent_at`` (when the request left), ``status`` (HTTP status; 200 when it streamed),
     ``chunk_times`` (arrival of each event that carried text), ``num_output_tokens`` (from the
     final usage event), ``finish_reason``, ``done_at`` (when the stream ended or the error came
     back), ``retry_after`` (seconds, for a 429), ``error`` (None, or what went wrong).
-    """
-    import json
 
+    The server-sent events are read by the official ``openai`` client (over ``client``'s
+    connections, with its retries off), as a real user's program would read them; reading them
+    from the raw lines yourself is chapter 1's exercise.
+    """
+    api = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", http_client=client, max_retries=0)
     # ignore_eos: every answer has exactly max_tokens tokens, so runs at different loads do the same work.
-    body = {"prompt": prompt, "max_tokens": max_tokens, "stream": True, "stream_options": {"include_usage": True},
-            "temperature": 0.0, "ignore_eos": True, **(extra or {})}
+    body = {"temperature": 0.0, "ignore_eos": True, **(extra or {})}
     record: dict[str, Any] = {"sent_at": time.perf_counter() - t0, "status": None, "chunk_times": [],
                               "num_output_tokens": 0, "finish_reason": None, "done_at": None, "retry_after": None,
                               "error": None}
     try:
-        async with client.stream("POST", f"{url}/v1/completions", json=body, timeout=REQUEST_TIMEOUT_S) as response:
-            record["status"] = response.status_code
-            if response.status_code != 200:
-                await response.aread()
-                record["retry_after"] = _retry_after(response.headers.get("retry-after"))
-                record["error"] = _error_message(response)
-            else:
-                async for line in response.aiter_lines():
-                    now = time.perf_counter() - t0
-                    if not line.startswith("data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == "[DONE]":
-                        break
-                    event = json.loads(payload)
-                    if event.get("usage"):
-                        record["num_output_tokens"] = event["usage"]["completion_tokens"]
-                    for choice in event.get("choices", []):
-                        if choice.get("text"):
-                            record["chunk_times"].append(now)
-                        if choice.get("finish_reason"):
-                            record["finish_reason"] = choice["finish_reason"]
+        stream = await api.completions.create(model=openai.NOT_GIVEN, prompt=prompt, max_tokens=max_tokens,
+                                              stream=True, stream_options={"include_usage": True}, extra_body=body,
+                                              timeout=REQUEST_TIMEOUT_S)
+        record["status"] = stream.response.status_code
+        async for chunk in stream:
+            now = time.perf_counter() - t0
+            if chunk.usage is not None:
+                record["num_output_tokens"] = chunk.usage.completion_tokens
+            for choice in chunk.choices:
+                if choice.text:
+                    record["chunk_times"].append(now)
+                if choice.finish_reason:
+                    record["finish_reason"] = choice.finish_reason
+    except openai.APIStatusError as error:  # 400, 429, 5xx: the server's answer is data for the load test
+        record["status"] = error.status_code
+        record["retry_after"] = _retry_after(error.response.headers.get("retry-after"))
+        record["error"] = _error_message(error.response)
     except Exception as error:  # noqa: BLE001 - a failed request is data for the load test, not a crash
         record["error"] = f"{type(error).__name__}: {error}"
     record["done_at"] = time.perf_counter() - t0
@@ -272,8 +272,14 @@ class _SecondsBar:
         self.bar.close()
 
 
+def _warm_up_client() -> None:
+    """Build one ``openai`` client here, so the lazy imports of the first one do not stall a running load test."""
+    openai.AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="unused", max_retries=0).completions  # noqa: B018
+
+
 def run_coroutine(make_coroutine: Callable[[], Any], timeout_s: float, *, progress: _SecondsBar | None = None) -> Any:
     """``asyncio.run(make_coroutine())`` in a new thread (with a time limit); its result or its exception."""
+    _warm_up_client()
     outcome: dict[str, Any] = {}
 
     def target() -> None:

@@ -87,10 +87,12 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
     """The q-quantile (0 <= q <= 1) implied by a Prometheus histogram, as Prometheus estimates it.
 
     buckets: cumulative ``(upper bound "le", count of observations <= le)`` in increasing le, the
-    last one ``(math.inf, total)``. Rank = q * total. Find the first bucket whose count >= rank;
-    inside it assume observations are spread evenly: result = lower + (upper - lower) * (rank -
-    count below) / (count in bucket), where lower is the previous bucket's le (0 for the first
-    bucket). If that bucket is the +Inf one, return the largest finite le. NaN when total is 0.
+    last one ``(math.inf, total)``. Rank = q * total. Find the first bucket whose count >= rank
+    and that holds at least one observation; inside it assume observations are spread evenly:
+    result = lower + (upper - lower) * (rank - count below) / (count in bucket), where lower is
+    the previous bucket's le (0 for the first bucket). So q = 0 gives the lower bound of the first
+    bucket that holds an observation (empty buckets before it are skipped). If that bucket is the
+    +Inf one, return the largest finite le. NaN when total is 0.
     """
     total = buckets[-1][1]
     if total == 0:
@@ -98,12 +100,9 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
     rank = q * total
     previous_le, previous_count = 0.0, 0.0
     for le, count in buckets:
-        if count >= rank:
+        if count >= rank and count > previous_count:
             if math.isinf(le):
                 return previous_le
-            in_bucket = count - previous_count
-            if in_bucket == 0:
-                return le
-            return previous_le + (le - previous_le) * (rank - previous_count) / in_bucket
+            return previous_le + (le - previous_le) * (rank - previous_count) / (count - previous_count)
         previous_le, previous_count = le, count
     return previous_le

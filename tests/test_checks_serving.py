@@ -7,6 +7,7 @@ checks see code defined outside course_lib, as a student's would be.
 
 from __future__ import annotations
 
+import linecache
 import math
 import runpy
 from pathlib import Path
@@ -23,11 +24,16 @@ DEMO_SPECS = ROOT / "autograde" / "demo" / "lab05-serving"
 
 
 def student(notebook: str, replacements: dict[str, str] | None = None) -> dict:
+    """The notebook's answer cells run one by one in one namespace, each registered as a cell is in a kernel
+    (linecache), so a function's source can be read and shipped to a worker as the experiment does."""
     namespace = {"__name__": "__main__"}
     for grade_id, source in answer_sources(LAB / f"{notebook}.ipynb").items():
         if grade_id == "load_generator":
             continue
-        exec(compile((replacements or {}).get(grade_id, source), f"<answer {grade_id}>", "exec"), namespace)
+        source = (replacements or {}).get(grade_id, source)
+        filename = f"<{notebook}: answer {grade_id}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+        exec(compile(source, filename, "exec"), namespace)
     return namespace
 
 
@@ -87,6 +93,21 @@ def test_demo_tpot_all_tokens_fails_request_metrics_only():
         checks.check_parse_stream(ns["parse_stream"], lines, description)
 
 
+def test_histogram_quantile_at_q0_skips_empty_leading_buckets():
+    ns = student("01_metrics_from_the_wire")
+    buckets = [(0.05, 0), (0.1, 0), (0.2, 4), (math.inf, 5)]
+    checks.check_histogram_quantile(ns["histogram_quantile"], 0.0, buckets, "q = 0")
+    assert ns["histogram_quantile"](0.0, buckets) == 0.1  # the lower bound of the first bucket that holds one
+    assert ns["histogram_quantile"](0.0, [(0.05, 2), (math.inf, 2)]) == 0.0
+    old = answer_sources(LAB / "01_metrics_from_the_wire.ipynb")["histogram_quantile"].replace(
+        "if count >= rank and count > previous_count:", "if count >= rank:\n            if count == previous_count:\n"
+                                                        "                return le")
+    assert old != answer_sources(LAB / "01_metrics_from_the_wire.ipynb")["histogram_quantile"]
+    with pytest.raises(CheckFailed, match="first non-empty bucket"):
+        checks.check_histogram_quantile(student("01_metrics_from_the_wire", {"histogram_quantile": old})[
+            "histogram_quantile"], 0.0, buckets, "q = 0")
+
+
 def test_histogram_quantile_without_interpolation_fails():
     bad = "def histogram_quantile(q, buckets):\n    total = buckets[-1][1]\n" \
           "    return next(le for le, c in buckets if c >= q * total)\n"
@@ -119,7 +140,31 @@ def test_evenly_spaced_or_fixed_count_arrivals_fail():
 
 def test_demo_closed_loop_is_caught_by_the_server_clock():
     ns = demo("02_load", "buggy-closed-loop")
-    with pytest.raises(CheckFailed, match="off schedule"):
+    with pytest.raises(CheckFailed, match="off schedule") as failure:
+        checks.check_open_loop(ns["open_loop"])
+    got = str(failure.value).split("got:")[1].split("\n")[0]
+    assert "-" not in got  # times after the first arrival: never negative
+
+
+def test_demo_poisson_starting_at_zero_fails_on_the_first_arrival():
+    ns = demo("02_load", "buggy-poisson-starts-at-zero")
+    with pytest.raises(CheckFailed, match="first arrival should be the first gap after 0"):
+        checks.check_poisson_arrivals(ns["poisson_arrival_times"])
+
+
+def test_arrivals_from_another_generator_fail_the_exact_comparison():
+    source = ("import random\ndef poisson_arrival_times(rate_per_s, duration_s, seed):\n"
+              "    if not rate_per_s > 0 or not duration_s > 0:\n        raise ValueError('bad')\n"
+              "    rng = random.Random(seed + 1)\n    times, clock = [], rng.expovariate(rate_per_s)\n"
+              "    while clock < duration_s:\n        times.append(clock)\n        clock += rng.expovariate(rate_per_s)\n"
+              "    return times\n")
+    with pytest.raises(CheckFailed, match="running sums"):
+        checks.check_poisson_arrivals(student("02_load", {"poisson_arrival_times": source})["poisson_arrival_times"])
+
+
+def test_demo_records_in_completion_order_fail():
+    ns = demo("02_load", "buggy-records-in-completion-order")
+    with pytest.raises(CheckFailed, match="schedule order"):
         checks.check_open_loop(ns["open_loop"])
 
 
@@ -158,11 +203,32 @@ def test_chapter3_reference_passes_live():
     checks.check_admission_live(student("03_admission")["admission_policy"])
 
 
-def test_demo_admission_counting_running_only_fails_a_decision():
+def visible_admission_decisions(policy) -> None:
+    for description, request, state, limits in checks.admission_cases()[:checks.VISIBLE_ADMISSION_CASES]:
+        checks.check_admission_decision(policy, request, state, limits, description)
+
+
+def test_the_visible_cases_are_the_ones_the_test_cell_shows():
+    import nbformat
+
+    cell = next(c for c in nbformat.read(LAB / "03_admission.ipynb", as_version=4).cells
+                if c.metadata.get("nbgrader", {}).get("grade_id") == "test_admission_decisions")
+    visible = cell.source.split("### BEGIN HIDDEN TESTS")[0]
+    assert "admission_cases()[:checks.VISIBLE_ADMISSION_CASES]" in visible
+
+
+def test_demo_admission_counting_running_only_fails_a_visible_decision():
     ns = demo("03_admission", "buggy-admission-counts-running-only")
-    with pytest.raises(CheckFailed, match="waiting requests hold most of the budget"):
-        for description, request, state, limits in checks.admission_cases():
-            checks.check_admission_decision(ns["admission_policy"], request, state, limits, description)
+    with pytest.raises(CheckFailed, match="worked example") as failure:
+        visible_admission_decisions(ns["admission_policy"])
+    assert "waiting_blocks" in str(failure.value)
+
+
+def test_demo_admission_floor_fails_a_visible_decision():
+    ns = demo("03_admission", "buggy-admission-floor")
+    with pytest.raises(CheckFailed, match="partial last block") as failure:
+        visible_admission_decisions(ns["admission_policy"])
+    assert "ceil" in str(failure.value)
 
 
 @pytest.mark.slow
@@ -202,6 +268,23 @@ def test_router_without_load_cap_fails():
         checks.check_prefix_router(ns["PrefixAwareRouter"])
 
 
+def test_demo_ring_strictly_after_fails_on_a_key_at_a_position():
+    ns = demo("04_replicas", "buggy-ring-strictly-after")
+    with pytest.raises(CheckFailed, match="exactly a position") as failure:
+        checks.check_hash_ring(ns["HashRing"])
+    assert "bisect_left" in str(failure.value)
+    checks.check_prefix_router(ns["PrefixAwareRouter"])
+
+
+def test_router_feedback_shows_the_key_the_walk_and_the_cap():
+    source = answer_sources(LAB / "04_replicas.ipynb")["prefix_aware_router"].replace(
+        "for replica in self.ring.walk(key):", "for replica in reversed(self.ring.walk(key)):")
+    ns = student("04_replicas", {"prefix_aware_router": source})
+    with pytest.raises(CheckFailed, match="the ring walks") as failure:
+        checks.check_prefix_router(ns["PrefixAwareRouter"])
+    assert "key is 0x" in str(failure.value) and "the cap is ceil(" in str(failure.value)
+
+
 def test_modulo_hashing_is_not_a_ring():
     source = '''
 class HashRing:
@@ -238,6 +321,27 @@ def test_demo_pack_whole_blocks_fails_pack_and_engine():
     with pytest.raises(CheckFailed, match="shape of the payload"):
         checks.check_transfer_in_engine(ns["pack_kv"], ns["unpack_kv"])
     checks.check_unpack_kv(ns["unpack_kv"], 0, [1, 9, 3], 10)
+
+
+def test_a_helper_in_the_functions_own_cell_travels_with_it():
+    helper_cell = answer_sources(LAB / "05_disaggregation.ipynb")["pack_kv"].replace(
+        "    num_layers, _, _, block_size, num_kv_heads, head_dim = storage.shape\n",
+        "    num_layers, _, _, block_size, num_kv_heads, head_dim = storage.shape\n"
+        "    blocks_needed = blocks_for(num_tokens, block_size)\n").replace(
+        "def pack_kv(", "def blocks_for(num_tokens, block_size):\n    return -(-num_tokens // block_size)\n\n\n"
+        "print('a quick try in the cell, left home')\n\n\ndef pack_kv(")
+    assert "blocks_for(num_tokens" in helper_cell
+    ns = student("05_disaggregation", {"pack_kv": helper_cell})
+    checks.check_transfer_in_engine(ns["pack_kv"], ns["unpack_kv"])
+
+
+def test_demo_helper_in_another_cell_fails_only_the_shipped_test():
+    ns = demo("05_disaggregation", "buggy-helper-in-another-cell")
+    checks.check_pack_kv(ns["pack_kv"], 0, [7, 2, 5], 10)
+    checks.check_unpack_kv(ns["unpack_kv"], 0, [1, 9, 3], 10)
+    with pytest.raises(CheckFailed, match="token_slots") as failure:
+        checks.check_transfer_in_engine(ns["pack_kv"], ns["unpack_kv"])
+    assert "same cell" in str(failure.value)
 
 
 def test_unpack_that_ignores_the_table_fails():

@@ -3,19 +3,88 @@ one engine, over HTTP, and every shipped request's transfer is measured."""
 
 from __future__ import annotations
 
+import linecache
+import time
+
 import openai
 import pytest
+import torch
 
 from course_lib.engine import LLMEngine
 from course_lib.kv_transfer import kv_bytes, pack_kv, unpack_kv
 from course_lib.sampling import SamplingParams
-from course_lib.server.disaggregated import function_source, start_disaggregated
+from course_lib.server.disaggregated import WorkerFailed, function_source, start_disaggregated
+from course_lib.server.shipping import ShippingError, shipped_copy
 from course_lib.server.models import tiny_random_model
 
 
-def test_function_source_drops_decorators():
+def cell(source: str, filename: str, namespace: dict) -> None:
+    """Run ``source`` as a notebook kernel runs a cell: compiled under a file name linecache knows."""
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    exec(compile(source, filename, "exec"), namespace)
+
+
+HELPER_CELL = """
+import torch
+SPARE = 2
+
+
+def slots(block_table, num_tokens, block_size):
+    positions = torch.arange(num_tokens)
+    return torch.as_tensor(list(block_table), dtype=torch.long)[positions // block_size], positions % block_size
+
+
+print("tried once in the notebook:", slots([3, 1], 5, 4))
+
+
+def pack_kv(storage, block_table, num_tokens):
+    blocks, offsets = slots(block_table, num_tokens, storage.shape[3])
+    return storage[:, :, blocks, offsets].contiguous()
+"""
+OTHER_CELL = """
+def unpack_kv(payload, storage, block_table):
+    blocks, offsets = slots(block_table, payload.shape[2], storage.shape[3])   # defined in the other cell
+    storage[:, :, blocks, offsets] = payload
+    return storage
+"""
+
+
+def test_a_module_function_ships_with_its_module_definitions():
     name, source = function_source(pack_kv)
-    assert name == "pack_kv" and source.startswith("def pack_kv(") and "@exercise" not in source
+    assert name == "pack_kv" and "def pack_kv(" in source and "def unpack_kv(" in source
+    assert '"""Shipping' not in source  # the module's docstring is an expression: it stays home
+    torch.testing.assert_close(shipped_copy(pack_kv)(torch.arange(48.0).reshape(1, 2, 3, 4, 2, 1), [2, 0], 5),
+                               pack_kv(torch.arange(48.0).reshape(1, 2, 3, 4, 2, 1), [2, 0], 5))
+
+
+def test_a_cell_ships_its_imports_definitions_and_constants_and_nothing_else():
+    namespace = {"__name__": "__main__"}
+    cell(HELPER_CELL, "<cell 1>", namespace)
+    name, source = function_source(namespace["pack_kv"])
+    assert "SPARE = 2" in source and "def slots(" in source and "import torch" in source
+    assert "print(" not in source
+    storage = torch.randn(2, 2, 4, 4, 1, 3)
+    torch.testing.assert_close(shipped_copy(namespace["pack_kv"])(storage, [3, 1], 5),
+                               pack_kv(storage, [3, 1], 5))
+
+
+def test_a_helper_from_another_cell_is_named_when_the_shipped_copy_runs():
+    namespace = {"__name__": "__main__"}
+    cell(HELPER_CELL, "<cell 1>", namespace)
+    cell(OTHER_CELL, "<cell 2>", namespace)
+    payload = torch.randn(2, 2, 5, 1, 3)
+    namespace["unpack_kv"](payload, torch.zeros(2, 2, 4, 4, 1, 3), [3, 1])  # fine in the notebook itself
+    with pytest.raises(ShippingError, match="NameError: name 'slots' is not defined.*same cell"):
+        shipped_copy(namespace["unpack_kv"])(payload, torch.zeros(2, 2, 4, 4, 1, 3), [3, 1])
+
+
+def test_what_cannot_be_shipped_is_refused_with_the_reason():
+    with pytest.raises(ShippingError, match="defined with def"):
+        function_source(lambda storage: storage)
+    namespace: dict = {}
+    exec("def pack_kv(storage, table, n):\n    return storage\n", namespace)  # no file behind it
+    with pytest.raises(ShippingError, match="cannot read the source"):
+        function_source(namespace["pack_kv"])
 
 
 @pytest.mark.slow
@@ -37,3 +106,33 @@ def test_disaggregated_server_matches_one_engine():
     sizes = sorted(t["bytes"] for t in transfers)
     assert sizes == sorted(kv_bytes(len(tokenizer.encode(p)), model.config) for p in prompts)
     assert all(t["trip_s"] >= 0 and t["unpack_s"] >= 0 for t in transfers)
+
+
+@pytest.mark.slow
+def test_a_worker_that_cannot_run_its_function_fails_the_start_at_once_with_the_reason():
+    namespace = {"__name__": "__main__"}
+    cell(HELPER_CELL, "<cell 1>", namespace)
+    cell(OTHER_CELL, "<cell 2>", namespace)
+    started = time.monotonic()
+    with pytest.raises(WorkerFailed, match="your unpack_kv raised NameError: name 'slots' is not defined in the "
+                                           "decode worker"):
+        start_disaggregated(pack_kv=namespace["pack_kv"], unpack_kv=namespace["unpack_kv"], model="tiny",
+                            num_blocks=32)
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.slow
+def test_a_worker_that_fails_mid_run_ends_the_requests_in_flight_at_once():
+    namespace = {"__name__": "__main__"}
+    cell(HELPER_CELL.replace("    blocks, offsets = slots(", "    if num_tokens > 20:\n        raise IndexError('table too "
+                             "short')\n    blocks, offsets = slots("), "<cell 1>", namespace)
+    from course_lib import loadtest
+
+    with start_disaggregated(pack_kv=namespace["pack_kv"], unpack_kv=unpack_kv, model="tiny", num_blocks=64) as server:
+        started = time.monotonic()
+        records = loadtest.burst(server.url, ["a long prompt that fills more than one block " * 3, "hi"], max_tokens=5)
+        assert time.monotonic() - started < 20  # not the client's 120 s timeout
+        assert server.backend.failure is not None and not server.backend.is_alive
+        with pytest.raises(WorkerFailed, match="your pack_kv raised IndexError: table too short in the prefill worker"):
+            server.backend.raise_if_failed()
+    assert all(r["status"] == 200 for r in records)

@@ -195,3 +195,12 @@ def _burst(url: str, count: int, max_tokens: int) -> list[dict]:
 def test_reset_prefix_cache_needs_an_idle_server(server):
     assert httpx.post(f"{server.url}/reset_prefix_cache").json() == {"status": "ok"}
     assert scrape(server.url)["course_prefix_cache_queries_total"] == 0
+
+
+def test_a_load_test_record_holds_the_servers_refusal(server):
+    too_long = loadtest.burst(server.url, ["hello"], max_tokens=100_000)[0]
+    assert too_long["status"] == 400 and "max_tokens=100000" in too_long["error"] and too_long["chunk_times"] == []
+    fine = loadtest.burst(server.url, ["hello"], max_tokens=3)[0]
+    assert fine["status"] == 200 and fine["num_output_tokens"] == 3 and len(fine["chunk_times"]) >= 1
+    assert fine["finish_reason"] == "length" and fine["error"] is None
+    assert fine["sent_at"] <= fine["chunk_times"][0] <= fine["done_at"]

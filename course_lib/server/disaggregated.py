@@ -25,8 +25,13 @@ worker reports how long every transfer took (pack on one side, unpack on the oth
 between), so the comparison with a colocated engine counts the cost of shipping KV.
 
 The student's ``pack_kv`` / ``unpack_kv`` run inside the workers: their *source code* is sent to
-the worker processes and executed there (the functions may use ``torch`` and ``math``), the way
-a distributed framework ships a user's function.
+the worker processes and executed there, the way a distributed framework ships a user's function
+(``course_lib.server.shipping``: the imports and definitions of the cell that defines each
+function travel, nothing else of the notebook). Each worker tries its function once on its own
+pool before it says it is ready, so a function that cannot run there (a helper left in another
+cell) stops ``start`` at once with a ``ShippingError`` that says so. A worker that fails later
+reports why and stops; the backend then ends every request in flight at once (no client waits
+for a timeout), refuses new ones, and ``raise_if_failed()`` raises the worker's message.
 
 The colocated baseline runs on the same workers' code: ``backend.mode = "colocated"`` sends whole
 requests to the prefill worker's engine (prompt to last token, KV never leaves it), so one pair of
@@ -37,13 +42,13 @@ without pack/unpack starts a single worker. Either way the backend serves HTTP t
 
 from __future__ import annotations
 
-import inspect
+import collections
 import itertools
 import os
 import queue
-import textwrap
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -52,31 +57,13 @@ from course_lib.engine import StepOutput
 from course_lib.paged import BlockAllocator
 from course_lib.sampling import SamplingParams
 from course_lib.server.engine_loop import LoopState
+from course_lib.server.shipping import ShippingError, function_source, guarded, load_function
 
-__all__ = ["DisaggregatedBackend", "function_source", "start_disaggregated"]
-
-
-def function_source(function: Callable) -> tuple[str, str]:
-    """(name, source) of a function defined in a file or a notebook cell, decorators removed."""
-    name = getattr(function, "__name__", None)
-    try:
-        source = textwrap.dedent(inspect.getsource(function))
-    except (OSError, TypeError) as error:
-        raise ValueError(f"cannot read the source of {function!r} to send it to the workers: {error}") from None
-    lines = source.splitlines()
-    while lines and lines[0].lstrip().startswith("@"):
-        lines.pop(0)
-    return name, "\n".join(lines) + "\n"
+__all__ = ["DisaggregatedBackend", "ShippingError", "WorkerFailed", "function_source", "start_disaggregated"]
 
 
-def _load_function(name: str, source: str) -> Callable:
-    import math
-
-    import torch
-
-    namespace = {"torch": torch, "math": math, "__name__": f"shipped_{name}"}
-    exec(compile(source, f"<shipped {name}>", "exec"), namespace)  # noqa: S102 - the course's own or the student's code
-    return namespace[name]
+class WorkerFailed(RuntimeError):
+    """A worker process stopped: its own message says why (a ShippingError's, or the error it hit)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,8 +143,8 @@ def _worker_model(name: str):
     return model, _TokenIdsOnly(model.config.eos_token_id)
 
 
-def _worker_main(role: str, options: dict, inbox, peer, results, functions: dict) -> None:
-    """One worker: 'prefill', 'decode' or 'colocated'. Messages in ``inbox`` (and ``peer``), out to ``results``."""
+def _worker_engine(role: str, options: dict, functions: dict):
+    """(engine, allocator) of a worker, its shipped function tried once on its own pool."""
     import torch
 
     from course_lib.engine import LLMEngine
@@ -168,18 +155,71 @@ def _worker_main(role: str, options: dict, inbox, peer, results, functions: dict
                           max_num_batched_tokens=options.get("max_num_batched_tokens", 512))
     num_blocks = options.get("num_blocks", 256)
     allocator = None
+    where = f"the {role} worker"
     if role == "prefill":
-        allocator = _ExportingAllocator(num_blocks, engine_options["block_size"], pack=_load_function(*functions["pack"]))
+        pack = guarded(load_function(*functions["pack"]), "pack_kv", where)
+        allocator = _ExportingAllocator(num_blocks, engine_options["block_size"], pack=pack)
     elif role == "decode":
-        allocator = _ImportingAllocator(num_blocks, engine_options["block_size"],
-                                        unpack=_load_function(*functions["unpack"]))
+        unpack = guarded(load_function(*functions["unpack"]), "unpack_kv", where)
+        allocator = _ImportingAllocator(num_blocks, engine_options["block_size"], unpack=unpack)
     engine = LLMEngine(model, tokenizer, allocator=allocator, num_blocks=None if allocator else num_blocks,
                        enable_prefix_caching=False, **engine_options)
     if allocator is not None:
         allocator.kv_cache = engine.kv_cache
+        _try_shipped_function(role, allocator, engine.kv_cache.storage, engine_options["block_size"])
     with torch.inference_mode():  # warm up the forward once, so the first request is not charged for it
         model(torch.tensor([1, 2, 3]), logits_indices=torch.tensor([2]))
+    return engine, allocator
+
+
+def _try_shipped_function(role: str, allocator, storage, block_size: int) -> None:
+    """Call the worker's pack_kv or unpack_kv once on two blocks of its pool, before any request depends on it.
+
+    A function that cannot run in the worker (a name it uses was left in another cell) or returns
+    something the engine cannot use fails here, at start, with a message that says so.
+    """
+    import torch
+
+    num_tokens = block_size + 1  # one full block and one token of the next, blocks out of order
+    shape = (storage.shape[0], 2, num_tokens, storage.shape[4], storage.shape[5])
+    if role == "prefill":
+        payload = allocator.pack(storage, [1, 0], num_tokens)
+        if not torch.is_tensor(payload) or tuple(payload.shape) != shape:
+            got = tuple(payload.shape) if torch.is_tensor(payload) else type(payload).__name__
+            raise ShippingError(f"your pack_kv returned {got} in the prefill worker for {num_tokens} tokens; the "
+                                f"decode worker needs a tensor of shape {shape} [layers, 2, tokens, kv_heads, head_dim]")
+    else:
+        result = allocator.unpack(torch.zeros(shape, dtype=storage.dtype), storage, [1, 0])
+        if result is not None and not (torch.is_tensor(result) and result.shape == storage.shape):
+            raise ShippingError(f"your unpack_kv returned {type(result).__name__} in the decode worker; it should "
+                                f"return the storage tensor it wrote into")
+
+
+def _worker_main(role: str, options: dict, inbox, peer, results, functions: dict) -> None:
+    """One worker: 'prefill', 'decode' or 'colocated'. Messages in ``inbox`` (and ``peer``), out to ``results``.
+
+    Whatever stops it is reported on ``results`` as ("failed", role, message) before it exits.
+    """
+    try:
+        engine, allocator = _worker_engine(role, options, functions)
+    except ShippingError as error:
+        results.put(("failed", role, str(error)))
+        return
+    except Exception as error:  # noqa: BLE001 - reported to the server, which raises it where the user sees it
+        results.put(("failed", role, f"the {role} worker could not start: {type(error).__name__}: {error}"))
+        return
     results.put(("ready", role))
+    try:
+        _serve(role, engine, allocator, inbox, peer, results)
+    except ShippingError as error:
+        results.put(("failed", role, str(error)))
+    except Exception as error:  # noqa: BLE001 - as above
+        where = "".join(traceback.format_exception(type(error), error, error.__traceback__)[-3:]).strip()
+        results.put(("failed", role, f"the {role} worker stopped: {type(error).__name__}: {error}\n{where}"))
+
+
+def _serve(role: str, engine, allocator, inbox, peer, results) -> None:
+    """The worker's loop: take messages, step the engine, send tokens (and KV, from the prefill worker)."""
     real: dict = {}  # request id -> (prompt ids, params) for the prefill worker
     whole: set = set()  # requests this worker runs from prompt to last token (colocated mode)
 
@@ -229,8 +269,10 @@ def _worker_main(role: str, options: dict, inbox, peer, results, functions: dict
             break
         if not engine.has_unfinished():
             continue
+        tokens_before, started = engine.stats.num_batched_tokens, time.perf_counter()
         outputs = engine.step()
         now = time.perf_counter()
+        results.put(("step", role, engine.stats.num_batched_tokens - tokens_before, now - started))
         for output in outputs:
             request_id = output.request_id
             if role == "decode" and request_id in allocator.unpack_seconds:
@@ -316,8 +358,14 @@ class DisaggregatedBackend:
         self._stopping = False
         self.transfers: list[dict] = []
         """One dict per shipped request: bytes, pack_s, trip_s (queue to the decode worker), unpack_s."""
+        self.steps: collections.deque = collections.deque(maxlen=100_000)
+        """One dict per engine step of either worker, in order: worker ("prefill" or "decode"; in
+        colocated mode the prefill worker's engine runs whole requests), tokens (prompt and decode
+        tokens the step computed), seconds (how long it took)."""
         self.tokenizer = None
         self.max_model_len = None
+        self.failure: str | None = None
+        """Why a worker stopped (its own message), or None while both are well."""
 
     @property
     def mode(self) -> str:
@@ -361,10 +409,15 @@ class DisaggregatedBackend:
             try:
                 message = self._results.get(timeout=1.0)
             except queue.Empty:
-                if time.monotonic() > deadline or not all(w.is_alive() for w in self._workers):
+                dead = [f"{w.name} (exit code {w.exitcode})" for w in self._workers if not w.is_alive()]
+                if time.monotonic() > deadline or dead:
                     self.stop()
-                    raise RuntimeError("a worker process did not start (it died or took too long)") from None
+                    why = f"{', '.join(dead)} died" if dead else f"took more than {timeout:.0f} s"
+                    raise WorkerFailed(f"a worker process did not start: {why}") from None
                 continue
+            if message[0] == "failed":
+                self.stop()
+                raise WorkerFailed(message[2])
             ready += message[0] == "ready"
         self._reader = threading.Thread(target=self._read_results, name="worker-results", daemon=True)
         self._reader.start()
@@ -389,7 +442,21 @@ class DisaggregatedBackend:
 
     @property
     def is_alive(self) -> bool:
-        return not self._stopping and all(worker.is_alive() for worker in self._workers)
+        return not self._stopping and self.failure is None and all(worker.is_alive() for worker in self._workers)
+
+    def raise_if_failed(self) -> None:
+        """Raise ``WorkerFailed`` with the worker's own message if a worker has stopped."""
+        if self.failure is not None:
+            raise WorkerFailed(self.failure)
+
+    def _fail(self, message: str) -> None:
+        """A worker stopped: remember why, and end every request in flight now (nobody waits for a timeout)."""
+        if self.failure is None:
+            self.failure = message
+        with self._lock:
+            lives, self._live = self._live, {}
+        for request_id, live in lives.items():
+            live.on_output(StepOutput(request_id, [], "", True, "abort"))
 
     def reset(self) -> None:
         raise RuntimeError("the disaggregated backend has no prefix cache to reset")
@@ -399,6 +466,9 @@ class DisaggregatedBackend:
     def submit(self, prompt_token_ids: list[int], params: SamplingParams, on_output: Callable,
                arrival_time: float | None = None) -> Future:
         accepted: Future = Future()
+        if self.failure is not None:
+            accepted.set_exception(WorkerFailed(self.failure))
+            return accepted
         if len(prompt_token_ids) >= self.max_model_len:
             accepted.set_exception(ValueError(f"prompt has {len(prompt_token_ids)} tokens; the context is {self.max_model_len}"))
             return accepted
@@ -432,11 +502,21 @@ class DisaggregatedBackend:
     def _read_results(self) -> None:
         transfers: dict[str, dict] = {}
         while True:
-            message = self._results.get()
+            try:
+                message = self._results.get(timeout=0.5)
+            except queue.Empty:
+                dead = [w for w in self._workers if not w.is_alive()]
+                if dead and not self._stopping:
+                    self._fail(f"the {dead[0].name} process died (exit code {dead[0].exitcode}) without saying why")
+                continue
             kind = message[0]
             if kind == "closed":
                 return
-            if kind == "transfer":
+            if kind == "failed":
+                self._fail(message[2])
+            if kind == "step":
+                self.steps.append({"worker": message[1], "tokens": message[2], "seconds": message[3]})
+            elif kind == "transfer":
                 _, request_id, num_bytes, pack_seconds, trip_seconds = message
                 transfers[request_id] = {"bytes": num_bytes, "pack_s": pack_seconds, "trip_s": trip_seconds}
             elif kind == "unpacked":

@@ -7,37 +7,56 @@ from collections.abc import Sequence
 __all__ = ["latency_vs_load", "policy_bars"]
 
 
-def latency_vs_load(points: Sequence[tuple[float, dict]], *, slo=None, knee: float | None = None, title: str = ""):
-    """p50 and p99 TTFT and end-to-end latency, and delivered throughput, against offered requests/s.
+def _seconds_axis(axis) -> None:
+    """A log-scale latency axis labelled in plain seconds (0.1 s, 1 s, 10 s), not powers of ten."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_yscale("log")
+    axis.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g} s"))
+    axis.yaxis.set_minor_formatter(NullFormatter())
+
+
+def latency_vs_load(points: Sequence[tuple[float, dict]], *, slo=None, knee: float | None = None,
+                    capacity: float | None = None, high: str = "p90", title: str = ""):
+    """Median and ``high`` percentile TTFT and end-to-end latency, and delivered throughput, against offered load.
 
     points: (offered requests per second, ``course_lib.loadtest.summarize`` result) pairs.
-    slo: draws the TTFT bound. knee: marks that offered load with a vertical line.
+    slo: draws the TTFT bound. knee: marks that offered load (the last one that met the SLO).
+    capacity: marks the server's capacity (requests/s) on both panels. high: "p90" or "p99"
+    (use p99 only with a few hundred requests per point).
     """
     import matplotlib.pyplot as plt
 
+    if high not in ("p90", "p99"):
+        raise ValueError(f"high must be 'p90' or 'p99', got {high!r}")
     points = sorted(points, key=lambda p: p[0])
     rates = [rate for rate, _ in points]
-    figure, (latency_axis, throughput_axis) = plt.subplots(1, 2, figsize=(10, 3.8))
+    figure, (latency_axis, throughput_axis) = plt.subplots(1, 2, figsize=(10.5, 4))
     for metric, style in (("ttft", "o-"), ("e2e", "s--")):
-        for stat, alpha in (("p50", 0.55), ("p99", 1.0)):
+        for stat, alpha in (("p50", 0.55), (high, 1.0)):
             values = [s[metric][stat] if s[metric] else float("nan") for _, s in points]
             latency_axis.plot(rates, values, style, alpha=alpha, label=f"{metric.upper()} {stat}")
     if slo is not None:
-        latency_axis.axhline(slo.ttft_s, color="gray", linestyle=":", label="TTFT SLO")
-    latency_axis.set_yscale("log")
-    latency_axis.set_xlabel("offered load (requests/s)")
-    latency_axis.set_ylabel("latency (s)")
-    latency_axis.legend(fontsize=8)
+        latency_axis.axhline(slo.ttft_s, color="gray", linestyle=":", label=f"TTFT SLO ({slo.ttft_s:g} s)")
+    _seconds_axis(latency_axis)
+    latency_axis.set_ylabel("latency (log scale)")
+    latency_axis.set_title("latency of the completed requests", fontsize=10)
     throughput_axis.plot(rates, [s["requests_per_s"] for _, s in points], "o-", label="completed/s")
-    throughput_axis.plot(rates, [s["goodput_per_s"] for _, s in points], "s--", label="goodput/s")
-    throughput_axis.plot(rates, rates, ":", color="gray", label="offered")
-    throughput_axis.set_xlabel("offered load (requests/s)")
+    throughput_axis.plot(rates, [s["goodput_per_s"] for _, s in points], "s--", label="goodput/s (met the SLO)")
+    throughput_axis.plot(rates, rates, ":", color="gray", label="offered/s")
     throughput_axis.set_ylabel("requests/s")
-    throughput_axis.legend(fontsize=8)
+    throughput_axis.set_title("what the server delivered", fontsize=10)
     for axis in (latency_axis, throughput_axis):
+        if capacity is not None:
+            axis.axvline(capacity, color="black", alpha=0.35, linestyle="--", label=f"capacity \u03bc = {capacity:.1f}/s")
         if knee is not None:
-            axis.axvline(knee, color="red", alpha=0.4, label="knee")
+            axis.axvline(knee, color="red", alpha=0.5, label=f"knee = {knee:g}/s (last load meeting the SLO)")
+        axis.set_xlabel("offered load (requests/s)")
         axis.grid(alpha=0.3)
+        axis.legend(fontsize=7.5)
+    if capacity is not None:
+        throughput_axis.axhline(capacity, color="black", alpha=0.35, linestyle="--")
     figure.suptitle(title or "Latency and throughput against offered load")
     figure.tight_layout()
     return figure
