@@ -1,18 +1,18 @@
 """Checks for Lab 0.1, chapter 5 (the pipeline): request states, the allocator, the scheduler, the engine.
 
-The student writes four things, checked here against :mod:`course_lib.scheduler` and :mod:`course_lib.paged`:
+The student writes three things, checked here against :mod:`course_lib.scheduler` and :mod:`course_lib.paged`:
 
 - ``move(request, new_status)``: one step of the request state machine (illegal moves raise ValueError);
-- ``BlockAllocator(num_blocks, block_size)`` (pasted from chapter 4): run in lockstep with the reference
-  allocator (without prefix caching) on the same operations;
 - a scheduler class ``scheduler_cls(config, allocator)`` following ``SchedulerProtocol``: first come, first
   served, whole prompts (no chunking), decodes before admissions, preemption by recompute of the newest
   running request when a decode finds no free block. It is run on hand-made situations whose right answer
   is written out in the scenario, and (hidden) on random workloads with a fake model;
-- and, at the end, both classes inside ``LLMEngine`` serving SmolLM2, compared with the reference engine.
+- and, at the end, the scheduler and the student's ``BlockAllocator`` inside ``LLMEngine`` serving SmolLM2,
+  compared with the reference engine. The allocator is chapter 4's answer (graded there by
+  :mod:`course_lib.checks.paging`), which the chapter imports with ``course_lib.chapters.answers_from``.
 
 The scheduler checks give the student's scheduler the *reference* allocator, so a bug in the allocator
-costs only the allocator's cells and the engine's. That allocator stays on the check's side: the
+costs only chapter 4's cells and the engine's. That allocator stays on the check's side: the
 scheduler gets it through ``checks.share`` (its methods only), so the blocks the check counts are
 what the scheduler really took and gave back. Requests, configs and the engine that runs the
 student's parts are built with ``checks.make``, where the student's code runs; what the student's
@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from course_lib.checks import (
-    answer_of,
-    call_methods,
     call_student,
     fail,
     is_remote,
@@ -47,8 +45,6 @@ __all__ = [
     "EOS",
     "FakeParams",
     "SCHEDULER_SCENARIOS",
-    "check_allocator_interface",
-    "check_allocator_random",
     "check_engine_matches_reference",
     "check_move",
     "check_move_all_pairs",
@@ -175,12 +171,12 @@ def check_move_all_pairs(move: Callable) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The allocator, in lockstep with the reference (no prefix caching)
+# The student's allocator (chapter 4's answer), built for the engine
 # ---------------------------------------------------------------------------------------------
 
 
 def _build_allocator(allocator_cls: type, num_blocks: int, block_size: int):
-    _require_own_class(allocator_cls, "BlockAllocator", ReferenceAllocator)
+    """``allocator_cls(num_blocks, block_size)`` with every member the engine calls (chapter 4 checked the rest)."""
     allocator = _call(allocator_cls, f"BlockAllocator(num_blocks={num_blocks}, block_size={block_size})",
                       num_blocks, block_size)
     missing = [name for name in ("block_size", "num_blocks", "num_free_blocks", "blocks_needed", "can_allocate",
@@ -188,189 +184,13 @@ def _build_allocator(allocator_cls: type, num_blocks: int, block_size: int):
                                  "fork", "slot") if not hasattr(allocator, name)]
     if missing:
         fail("your BlockAllocator lacks members the engine (or this chapter) uses: " + ", ".join(missing),
-             hint="paste the whole class from chapter 4; it must have every member of course_lib.paged.AllocatorProtocol, "
-                  "plus fork and slot.", show_values=False)
+             hint="this chapter runs the BlockAllocator of your saved 04_paging.ipynb: keep every method of chapter "
+                  "4's skeleton there (mark_computed included), save it, and run the answers_from cell again.",
+             show_values=False)
     if allocator.num_blocks != num_blocks or allocator.block_size != block_size:
         fail("BlockAllocator(num_blocks, block_size) should keep its arguments as .num_blocks and .block_size.",
              expected=(num_blocks, block_size), got=(allocator.num_blocks, allocator.block_size))
     return allocator
-
-
-class _Lockstep:
-    """Runs the same operations on the student's allocator and the reference, comparing what can be compared.
-
-    Block *ids* may differ (any free block is a right answer); counts, table lengths, copy-on-write
-    decisions and the answers of the can_* questions may not.
-    """
-
-    def __init__(self, allocator_cls: type, num_blocks: int, block_size: int) -> None:
-        self.student = _build_allocator(allocator_cls, num_blocks, block_size)
-        self.reference = ReferenceAllocator(num_blocks, block_size, enable_prefix_caching=False)
-        self.block_size = block_size
-        self.log: list[str] = []
-        self.lengths: dict[Any, int] = {}
-
-    def _where(self) -> str:
-        recent = self.log[-6:]
-        return "after: " + "; ".join(recent) if recent else "on a new allocator"
-
-    def _expect(self, got: Any, expected: Any, what: str, hint: str) -> None:
-        if got != expected:
-            fail(f"{what} ({self._where()})", expected=expected, got=got, hint=hint)
-
-    def _student(self, method: str, *args: Any) -> Any:
-        call = f"{method}({', '.join(short_repr(a) for a in args)})"
-        return _call(getattr(self.student, method), f"{call} ({self._where()})", *args, copy_args=False)
-
-    def compare_state(self) -> None:
-        # Every read of the student's state in one go: one round trip to the kernel when graded.
-        positions = {seq_id: list({0, length - 1, length // 2}) for seq_id, length in self.lengths.items()}
-        calls: list[tuple[str, tuple | None]] = [("num_free_blocks", None)]
-        for seq_id in self.lengths:
-            calls += [("block_table", (seq_id,)), *(("slot", (seq_id, position)) for position in positions[seq_id])]
-        answers = iter(call_methods(self.student, calls))
-        self._expect(self._answer(next(answers), "num_free_blocks"), self.reference.num_free_blocks,
-                     "num_free_blocks",
-                     "a block returns to the pool only when no sequence holds it any more (ref count 0).")
-        held: dict[int, list[Any]] = {}
-        for seq_id, length in self.lengths.items():
-            table = list(self._answer(next(answers), f"block_table({short_repr(seq_id)})"))
-            self._expect(len(table), self.reference.blocks_needed(length),
-                         f"len(block_table({seq_id!r})) for a sequence of {length} tokens",
-                         "a sequence of n tokens holds ceil(n / block_size) blocks: a new block only when the last is full.")
-            for block in table:
-                if not (isinstance(block, int) and 0 <= block < self.reference.num_blocks):
-                    fail(f"block_table({seq_id!r}) holds {block!r}, not a block id in [0, {self.reference.num_blocks}) "
-                         f"({self._where()})", hint="block ids are the integers 0 .. num_blocks - 1.", show_values=False)
-                held.setdefault(block, []).append(seq_id)
-            for position in positions[seq_id]:
-                slot = self._answer(next(answers), f"slot({short_repr(seq_id)}, {short_repr(position)})")
-                expected = table[position // self.block_size] * self.block_size + position % self.block_size
-                self._expect(slot, expected, f"slot({seq_id!r}, {position})",
-                             "slot = block_table[position // block_size] * block_size + position % block_size.")
-        self._expect(len(held), self.reference.num_blocks - self.reference.num_free_blocks,
-                     "number of distinct blocks in all block tables",
-                     "two sequences share a block only after fork; a fresh allocation must take free blocks.")
-
-    def _answer(self, result: tuple[str, Any], call: str) -> Any:
-        return answer_of(result, f"{call} ({self._where()})", hints=_OUT_OF_BLOCKS_HINTS)
-
-    def _student_free(self) -> int:
-        return _call(lambda: self.student.num_free_blocks, "num_free_blocks")
-
-    def allocate(self, seq_id: Any, num_tokens: int) -> None:
-        token_ids = list(range(1, num_tokens + 1))
-        fits = self.reference.can_allocate(token_ids)
-        self._expect(bool(self._student("can_allocate", token_ids)), fits,
-                     f"can_allocate({num_tokens} tokens) with {self.reference.num_free_blocks} free blocks",
-                     "a sequence of n tokens needs ceil(n / block_size) blocks; compare with num_free_blocks.")
-        if not fits:
-            return
-        cached = self._student("allocate", seq_id, token_ids)
-        self._expect(cached, 0, f"allocate({seq_id!r}, {num_tokens} tokens) return value",
-                     "without prefix caching no token is ever cached: return 0.")
-        self.reference.allocate(seq_id, token_ids)
-        self.lengths[seq_id] = num_tokens
-        self.log.append(f"allocate({seq_id!r}, {num_tokens} tokens)")
-
-    def append(self, seq_id: Any) -> None:
-        can = self.reference.can_append(seq_id)
-        self._expect(bool(self._student("can_append", seq_id)), can, f"can_append({seq_id!r}) at length "
-                     f"{self.lengths[seq_id]} with {self.reference.num_free_blocks} free blocks",
-                     "one more token needs a new block when the last block is full, or shared with another sequence.")
-        if not can:
-            return
-        old_last = list(self._student("block_table", seq_id))[-1]
-        copy_pair = self._student("append_slot", seq_id)
-        expected_copy = self.reference.append_slot(seq_id)
-        self.lengths[seq_id] += 1
-        self.log.append(f"append_slot({seq_id!r})")
-        if expected_copy is None:
-            self._expect(copy_pair, None, f"append_slot({seq_id!r}) return value",
-                         "return a (src, dst) pair only when the last block was shared (after fork) and had to be copied.")
-        else:
-            new_last = list(self._student("block_table", seq_id))[-1]
-            self._expect(copy_pair, (old_last, new_last),
-                         f"append_slot({seq_id!r}) on a shared, partly filled last block",
-                         "copy-on-write: take a fresh block, put it last in this table, drop one reference to the "
-                         "shared block, and return (shared block, fresh block).")
-
-    def fork(self, parent: Any, child: Any) -> None:
-        self._student("fork", parent, child)
-        self.reference.fork(parent, child)
-        self.lengths[child] = self.lengths[parent]
-        self.log.append(f"fork({parent!r}, {child!r})")
-        self._expect(list(self._student("block_table", child)), list(self._student("block_table", parent)),
-                     f"block_table({child!r}) right after fork({parent!r}, {child!r})",
-                     "a fork shares every block of the parent (ref count + 1), nothing is copied yet.")
-
-    def free(self, seq_id: Any) -> None:
-        self._student("free", seq_id)
-        self.reference.free(seq_id)
-        del self.lengths[seq_id]
-        self.log.append(f"free({seq_id!r})")
-
-
-@recorded_check
-def check_allocator_interface(allocator_cls: type) -> None:
-    """A short scripted life: allocate, append across a block boundary, fork, copy-on-write, free."""
-    run = _Lockstep(allocator_cls, num_blocks=6, block_size=4)
-    blocks_needed = run.student.blocks_needed
-    for num_tokens in (0, 1, 4, 5, 16):
-        got = _call(blocks_needed, f"blocks_needed({num_tokens})", num_tokens)
-        if got != -(-num_tokens // 4):
-            fail(f"blocks_needed({num_tokens}) with block_size 4", expected=-(-num_tokens // 4), got=got,
-                 hint="ceil(num_tokens / block_size), e.g. -(-num_tokens // block_size).")
-    run.compare_state()
-    run.allocate("a", 6)
-    run.compare_state()
-    _call(run.student.mark_computed, "mark_computed('a', tokens, 6)", "a", list(range(1, 7)), 6)
-    for _ in range(3):  # 7th and 8th token fill block 2; the 9th needs a third block
-        run.append("a")
-        run.compare_state()
-    run.allocate("b", 13)  # 4 blocks: does not fit in the 3 left
-    run.allocate("b", 10)  # 3 blocks: fits exactly
-    run.compare_state()
-    for _ in range(3):  # 11th and 12th token fit b's last block; the 13th needs a block and none is free
-        run.append("b")
-    run.compare_state()
-    run.free("b")
-    run.compare_state()
-    run.fork("a", "a2")
-    run.compare_state()
-    run.append("a2")  # a2's last block (1 of 4 used) is shared: copy-on-write
-    run.compare_state()
-    run.append("a")  # a's last block is no longer shared: no copy
-    run.compare_state()
-    run.free("a")
-    run.free("a2")
-    run.compare_state()
-
-
-@recorded_check
-def check_allocator_random(allocator_cls: type, seed: int, num_ops: int = 300, num_blocks: int = 12,
-                           block_size: int = 4) -> None:
-    """Random allocate / append / fork / free operations, compared with the reference after each one."""
-    rng = random.Random(seed)
-    run = _Lockstep(allocator_cls, num_blocks, block_size)
-    next_id = 0
-    for _ in range(num_ops):
-        live = list(run.lengths)
-        choice = rng.random()
-        if not live or choice < 0.25:
-            run.allocate(f"s{next_id}", rng.randint(1, 3 * block_size))
-            next_id += 1
-        elif choice < 0.7:
-            run.append(rng.choice(live))
-        elif choice < 0.8:
-            run.fork(rng.choice(live), f"s{next_id}")
-            next_id += 1
-        else:
-            run.free(rng.choice(live))
-        run.compare_state()
-    for seq_id in list(run.lengths):
-        run.free(seq_id)
-    run.compare_state()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -817,7 +637,7 @@ def check_engine_matches_reference(allocator_cls: type, scheduler_cls: type, que
     _require_own_class(allocator_cls, "BlockAllocator", BlockAllocator)
     _require_own_class(scheduler_cls, "the scheduler class", ReferenceScheduler)
     prompts = chat_prompts(list(questions))
-    allocator = _call(allocator_cls, f"BlockAllocator({num_blocks}, {block_size})", num_blocks, block_size)
+    allocator = _build_allocator(allocator_cls, num_blocks, block_size)
     config = make(SchedulerConfig, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                   enable_chunked_prefill=False, max_model_len=smollm2()[0].config.max_position_embeddings)
     scheduler = _call(scheduler_cls, "scheduler_cls(config, allocator)", config, allocator, copy_args=False)

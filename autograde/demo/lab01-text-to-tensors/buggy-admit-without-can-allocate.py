@@ -1,7 +1,7 @@
 """Demo student: the scheduler admits waiting requests without asking the allocator whether their blocks fit."""
 
 DESCRIPTION = (
-    'schedule() admits while max_num_seqs and the token budget allow but never calls can_allocate, so allocate runs out of blocks as soon as the pool is tight: loses the admission, update, random-workload and engine cells'
+    'schedule() admits while max_num_seqs and the token budget allow but never calls can_allocate, so allocate runs out of blocks as soon as the pool is tight: loses the admission, update, preemption, random-workload and engine cells. Chapter 4 handed in as the reference (chapter 5 imports its BlockAllocator): full marks there; expected 7/19'
 )
 BASE = "solution"
 ANSWERS = {
@@ -141,4 +141,4 @@ class FCFSScheduler:
         del self.requests[request.request_id]
 ''',
 }
-EXPECTED = {"05_pipeline": 9}
+EXPECTED = {"04_paging": 11, "05_pipeline": 7}

@@ -1,7 +1,7 @@
 """Demo student: top-p keeps tokens while the running sum INCLUDING the token is <= top_p."""
 
 DESCRIPTION = (
-    'top_p_filter drops the token whose probability crosses top_p (cumsum > top_p instead of the mass before it), so it keeps one token too few and drops every token when top_p is below the largest probability: loses the top-p cell'
+    'top_p_filter drops the token whose probability crosses top_p (cumsum > top_p instead of the mass before it), so it keeps one token too few and drops every token when top_p is below the largest probability: loses the top-p cell. Chapter 4 handed in as the reference (chapter 5 imports its BlockAllocator): full marks there; expected 17/19'
 )
 BASE = "solution"
 ANSWERS = {
@@ -27,4 +27,4 @@ def top_p_filter(logits, top_p):
     return logits.masked_fill(drop, float("-inf"))
 ''',
 }
-EXPECTED = {"05_pipeline": 19}
+EXPECTED = {"04_paging": 11, "05_pipeline": 17}
