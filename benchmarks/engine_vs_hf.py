@@ -489,7 +489,11 @@ def main(argv=None) -> int:
     machine = machine_description()
 
     log("loading our model ..." + (f" ({args.quantize} weights)" if args.quantize else ""))
-    model, tokenizer = load_smollm2(dtype=torch.float32, device="cpu", quantize=args.quantize)
+    model, tokenizer = load_smollm2(dtype=torch.float32, device="cpu")
+    if args.quantize:
+        from course_lib.quantization import quantize_model
+
+        model = quantize_model(model, args.quantize)
     if args.quick:
         workload = build_workload(tokenizer.encode, min(args.num_requests, 6), (20, 120), (8, 32))
     else:

@@ -20,7 +20,7 @@ from course_lib.attention import sdpa_attention
 from course_lib.exercises import exercise
 
 if TYPE_CHECKING:
-    from course_lib.model import ModelConfig
+    from course_lib.model_config import ModelConfig
 
 __all__ = ["KVCache", "kv_cache_bytes", "kv_cache_bytes_per_token", "tokens_through_model"]
 

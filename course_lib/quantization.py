@@ -26,8 +26,8 @@ Running a quantized model (platform code, not exercises):
   + ``aten._weight_int4pack_mm_for_cpu``) or by dequantizing the whole weight and calling ``F.linear``;
 - ``quantize_model(model, "int8" | "int4")`` gives a ``LlamaModel`` whose decoder-layer linear
   weights are ``QuantizedLinear`` (the tied embedding / output layer and the norms stay fp32);
-  ``load_smollm2(quantize=...)`` calls it. A student's own quantize / dequantize functions can be
-  passed in.
+  ``quantize_model(load_smollm2()[0], "int8")`` is SmolLM2 with int8 weights. A student's own
+  quantize / dequantize functions can be passed in.
 - ``KVQuantizedAttention`` runs a forward whose keys and values go through an int8 round trip, to
   measure what an int8 KV cache costs in quality.
 """
@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from course_lib.exercises import exercise, is_locked, stub_message
+from course_lib.model import LlamaModel
 
 __all__ = [
     "GGUF_BLOCK_SIZE",
@@ -76,7 +77,7 @@ WEIGHTS_CHAPTER = "01_weight_quantization"
 COSTS_CHAPTER = "02_quantized_smollm2"
 
 SCHEMES = ("int8", "int4")
-"""What ``quantize_model`` / ``load_smollm2(quantize=...)`` accept (None means fp32)."""
+"""What ``quantize_model`` accepts."""
 
 KERNELS = ("fused", "dequantize")
 """How a ``QuantizedLinear`` computes: PyTorch's fused weight-only kernel, or dequantize then matmul."""
@@ -518,8 +519,6 @@ def quantize_model(model, scheme: str, *, quantize: Callable | None = None, dequ
     (no copy): the output layer is the largest single matrix and the most sensitive one, so
     weight-only recipes usually keep it at higher precision. The original model is not changed.
     """
-    from course_lib.model import LlamaModel  # here: model.py imports this module lazily too
-
     if scheme not in SCHEMES:
         raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
     if kernel is None:

@@ -296,10 +296,11 @@ def test_smollm2_quantized_quality_int8_close_int4_worse(smollm2, held_out_ids):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("scheme", qz.SCHEMES)
-def test_load_smollm2_quantized_answers_like_fp32(scheme):
+def test_quantized_smollm2_answers_like_fp32(scheme):
     from course_lib.model import greedy_generate, load_smollm2
 
-    model, tokenizer = load_smollm2(quantize=scheme)
+    model, tokenizer = load_smollm2()
+    model = qz.quantize_model(model, scheme)
     assert isinstance(model.layers[0].mlp.gate_up_proj, qz.QuantizedLinear)
     # A short prompt: on a CPU without AVX-512 the fused kernels are slow (see benchmarks/RESULTS.md).
     prompt = tokenizer.encode("The capital of France is")
@@ -313,5 +314,5 @@ def test_load_smollm2_quantized_answers_like_fp32(scheme):
         paris = tokenizer.encode(" Paris")[0]
         logits = model(torch.tensor(prompt))[-1]
         assert paris in torch.topk(logits, 5).indices.tolist()
-    with pytest.raises(ValueError, match="quantize must be"):
-        load_smollm2(quantize="fp8")
+    with pytest.raises(ValueError, match="scheme must be"):
+        qz.quantize_model(model, "fp8")

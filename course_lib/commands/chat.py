@@ -194,7 +194,11 @@ def run(args: argparse.Namespace) -> int:
     interactive = sys.stdin.isatty()
     print("loading SmolLM2-135M-Instruct" + (f" with {args.quantize} weights" if args.quantize else "") + " ...",
           file=sys.stderr, flush=True)
-    model, tokenizer = load_smollm2(dtype=torch.float32, device="cpu", quantize=args.quantize)
+    model, tokenizer = load_smollm2(dtype=torch.float32, device="cpu")
+    if args.quantize:
+        from course_lib.quantization import quantize_model
+
+        model = quantize_model(model, args.quantize)
     engine = LLMEngine(model, tokenizer, speculative=speculative)
     session = ChatSession(engine, tokenizer, params, args.system, model.config.max_position_embeddings)
     if interactive:

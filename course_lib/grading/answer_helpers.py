@@ -40,6 +40,7 @@ PLATFORM: dict[str, str] = {
     "course_lib.disk_cache": "the cache of public artifacts (corpus, dequantized weights)",
     "course_lib.gguf_file": "reads the model file's header; no exercise parses GGUF",
     "course_lib.model": "the model every kit runs (its forward is the platform; exercises plug into it)",
+    "course_lib.model_config": "the model's sizes, read from the GGUF header (a data type)",
     "course_lib.kv_cache.KVCache": "the contiguous cache the model runs with in every kit",
     "course_lib.attention.AttentionContext": "a protocol: no code",
     "course_lib.attention.UncachedAttention": "the model's attention without a cache: torch's SDPA on its layout",

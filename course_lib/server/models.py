@@ -37,12 +37,12 @@ def load_named_model(name: str, quantize: str | None = None):
         raise ValueError(f"quantize must be None, 'int8' or 'int4', got {quantize!r}")
     if name == "tiny":
         model, tokenizer = tiny_random_model()
-        if quantize is not None:
-            from course_lib.quantization import quantize_model
-
-            model = quantize_model(model, quantize)
     else:
         from course_lib.model import load_smollm2
 
-        model, tokenizer = load_smollm2(quantize=quantize)
+        model, tokenizer = load_smollm2()
+    if quantize is not None:
+        from course_lib.quantization import quantize_model
+
+        model = quantize_model(model, quantize)
     return model, tokenizer, MODEL_NAMES[name]
