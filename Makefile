@@ -22,17 +22,13 @@ demo: setup
 	$(COURSE) export $(DEMO_OUT)/grades --format canvas --out $(DEMO_OUT)/canvas.csv
 	@echo "Kit: $(DEMO_OUT)/kit   Feedback: $(DEMO_OUT)/grades/feedback/   Gradebook: $(DEMO_OUT)/canvas.csv"
 
+# make demo-all: every demo student of every lab, the hostile ones that cost minutes each included
+# (a stalled kernel waits out its cell's limit; floods, hogs and a fork bomb are stopped by the limits).
 demo-all: setup
 	rm -rf $(DEMO_OUT)-all
 	$(COURSE) release
 	$(COURSE) grade autograde/demo_submissions --out $(DEMO_OUT)-all --jobs 2 --demo-specs autograde/demo
 	$(COURSE) export $(DEMO_OUT)-all --format canvas --out $(DEMO_OUT)-all/canvas.csv
-
-# make demo-all: every demo student of every lab, the hostile ones that cost minutes each included
-# (a stalled kernel waits out its cell's limit; floods, hogs and a fork bomb are stopped by the limits).
-demo-all: setup
-	$(COURSE) release
-	$(COURSE) grade autograde/demo_submissions --out $(DEMO_OUT)-all --jobs 2 --demo-specs autograde/demo
 
 # make test is what CI runs (under 20 minutes on 2 cores): every unit and property test, the
 # grader against hostile submissions, every lab's kit and one chapter of each lab through the term
