@@ -29,6 +29,25 @@ def test_the_library_never_imports_the_platform():
     assert not (ROOT / "course_lib" / "grading").exists(), "the platform moved to autograde/"
 
 
+# The wings of docs/architecture.md, top to bottom; an import may only point down (or stay level).
+TEACHING_AIDS = ("course_lib.checks", "course_lib.viz", "course_lib.sim", "course_lib.claims", "course_lib.chapters")
+STUDENT_PLATFORM = ("course_lib.handin", "course_lib.runner", "course_lib.commands", "course_lib.cli")
+
+
+def _wing(module: str) -> int:
+    """2: the platform's student half, 1: the teaching aids, 0: the library."""
+    if module.startswith(STUDENT_PLATFORM):
+        return 2
+    return 1 if module.startswith(TEACHING_AIDS) else 0
+
+
+def test_imports_between_the_wings_point_downward_only():
+    upward = [edge for edge in import_edges(ROOT, "course_lib") if _wing(edge.target) > _wing(edge.module)]
+    assert not upward, "imports up the wings of docs/architecture.md:\n" + "\n".join(
+        f"  {edge.module}:{edge.line} -> {edge.target}" for edge in upward)
+    assert any(_wing(edge.module) == 1 and _wing(edge.target) == 0 for edge in import_edges(ROOT, "course_lib"))
+
+
 def test_the_instructors_course_runs_every_command_and_the_students_only_theirs():
     from autograde import cli as instructor
     from course_lib import cli as student
