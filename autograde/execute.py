@@ -52,6 +52,11 @@ NOT_RUN = "NotRun"
 NEEDS_GPU = "NeedsGPU"
 
 
+# The grader's own code, hidden from the student's kernel like the instructor's course_lib (the
+# sandbox hides the whole checkout when it runs from one; this covers an installed autograde too).
+_PLATFORM = Path(__file__).resolve().parent
+
+
 def cell_needs_gpu(cell) -> bool:
     """A test cell is GPU-only when its metadata says so (``authoring.tests(..., needs_gpu=True)``)."""
     return bool(cell.get("metadata", {}).get("course", {}).get("needs_gpu"))
@@ -142,7 +147,7 @@ class IsolatedExecute(NbGraderPreprocessor):
             workdir = Path(scratch) / lab
             self._stage_workdir(workdir, settings.workspace / "submitted" / student / lab, folder)
             kernel = StudentKernel(edition=settings.edition, workdir=workdir,
-                                   hidden=[*settings.hidden, settings.workspace, folder.resolve()],
+                                   hidden=[*settings.hidden, settings.workspace, folder.resolve(), _PLATFORM],
                                    threads=settings.threads, gpu=settings.gpu, limits=settings.limits)
             try:
                 kernel.start()

@@ -177,10 +177,19 @@ def lab_needs_gpu(bundle: LabBundle) -> bool:
     return False
 
 
+# autograde's folders of data, not code: the demo students' specs and notebooks.
+_DATA_FOLDERS = ("demo", "demo_submissions")
+
+
 def course_fingerprint() -> str:
-    """``<version>+<hash>`` of the installed course_lib's Python source: equal on two machines exactly
-    when they grade with the same code (what the worker check and ``--resume`` compare)."""
-    package = Path(course_lib.__file__).resolve().parent
-    files = {path.relative_to(package).as_posix(): path.read_bytes()
-             for path in sorted(package.rglob("*.py")) if "__pycache__" not in path.parts}
+    """``<version>+<hash>`` of the installed course_lib's and autograde's Python source: equal on two
+    machines exactly when they grade with the same code (what the worker check and ``--resume`` compare)."""
+    import autograde
+
+    files = {}
+    for module in (course_lib, autograde):
+        package = Path(module.__file__).resolve().parent
+        files |= {f"{package.name}/{path.relative_to(package).as_posix()}": path.read_bytes()
+                  for path in sorted(package.rglob("*.py"))
+                  if "__pycache__" not in path.parts and path.relative_to(package).parts[0] not in _DATA_FOLDERS}
     return f"{course_lib.__version__}+{digest_files(files)[:12]}"
