@@ -351,8 +351,7 @@ def run_visible_tests(path: Path, notebook, release: list[NotebookCell] | None, 
     import course_lib
     from nbgrader.utils import compute_checksum
 
-    from course_lib.handin.notebooks import gpu_available
-    from course_lib.handin.notebooks import cell_label, nbgrader_meta
+    from course_lib.handin.notebooks import cell_label, gpu_available, nbgrader_meta
     from course_lib.runner.sandbox import NONE, Isolation
     from course_lib.runner.student import KernelDied, StudentKernel
 

@@ -30,8 +30,7 @@ NotebookCell = dict  # one entry of the manifest (see the module docstring)
 
 
 def _cells(path: Path) -> list[NotebookCell]:
-    from course_lib.handin.notebooks import nbgrader_meta
-    from course_lib.handin.notebooks import needs_gpu
+    from course_lib.handin.notebooks import nbgrader_meta, needs_gpu
 
     cells = []
     for cell in nbformat.read(path, as_version=4).cells:
