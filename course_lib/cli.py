@@ -130,7 +130,7 @@ def run(argv: list[str] | None, commands: dict[str, str], load, description: str
     if selected not in commands:
         reason = not_yet(selected) if selected else None
         if reason:
-            print(f"course: {reason}. Run `course --help` for the commands of this kit.", file=sys.stderr)
+            print(f"course: {reason}. Run `course --help` for the commands offered here.", file=sys.stderr)
             return 2
         selected = None
     parser = build_parser(selected, commands, load, description)
