@@ -17,7 +17,7 @@ demo: setup
 	rm -rf $(DEMO_OUT)
 	$(COURSE) release
 	$(COURSE) kit --out $(DEMO_OUT)/kit
-	$(PYTHON) -m course_lib.grading.demo $(DEMO_OUT)/class
+	$(PYTHON) -m autograde.demos $(DEMO_OUT)/class
 	$(COURSE) grade $(DEMO_OUT)/class --out $(DEMO_OUT)/grades --jobs 2 --demo-specs autograde/demo
 	$(COURSE) export $(DEMO_OUT)/grades --format canvas --out $(DEMO_OUT)/canvas.csv
 	@echo "Kit: $(DEMO_OUT)/kit   Feedback: $(DEMO_OUT)/grades/feedback/   Gradebook: $(DEMO_OUT)/canvas.csv"

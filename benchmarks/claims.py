@@ -70,7 +70,7 @@ def _notebooks(args) -> list[Path]:
 
 
 def _run_notebook(path: Path, log: Path, timeout: int) -> tuple[float, list[str]]:
-    from course_lib.grading.solve import solve_notebook
+    from autograde.solve import solve_notebook
 
     os.environ["COURSE_CLAIMS_LOG"] = str(log)
     os.environ["COURSE_CLAIMS_NOTEBOOK"] = f"{path.parent.name}/{path.stem}"
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs < 1 or args.busy < 0:
         parser.error("--runs must be >= 1 and --busy >= 0")
     notebooks = _notebooks(args)
-    from course_lib.grading.layout import gpu_available
+    from autograde.layout import gpu_available
 
     if not gpu_available() and not args.notebooks:
         skipped = [path for path in notebooks if path.parent.name in GPU_LABS]

@@ -7,7 +7,7 @@ This script grades the same submissions with both, alternating runs so the machi
 on both alike, and reports the median wall-clock time of each and their ratio (goal: <= 1.3).
 
 Both grade the same lab: the old grader runs from a temporary copy of this checkout in which
-``course_lib/grading/`` and ``course_lib/commands/grade.py`` are those of ``--baseline`` (default:
+``course_lib/grading/``, ``course_lib/commands/grade.py`` and ``course_lib/cli.py`` are those of ``--baseline`` (default:
 the last commit before the isolation change), so the notebooks, hidden tests and checks are
 today's in both runs and only the grading machinery differs. (Grading the baseline commit's own
 labs would compare older, lighter notebooks.)
@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BASELINE = "d42d4de"
 
 
-OLD_GRADER_PATHS = ("course_lib/grading", "course_lib/commands/grade.py")
+# The grader of the baseline lived in the library (today's lives in autograde/, run by autograde.cli).
+OLD_GRADER_PATHS = ("course_lib/grading", "course_lib/commands/grade.py", "course_lib/cli.py")
 
 
 def _old_grader_on_todays_labs(target: Path, revision: str) -> None:
@@ -55,7 +56,8 @@ def _grade(checkout: Path, submissions: Path, out: Path, lab: str, pythonpath: s
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     started = time.perf_counter()
-    completed = subprocess.run([sys.executable, "-m", "course_lib.cli", "grade", str(submissions), "--out", str(out),
+    cli = "course_lib.cli" if pythonpath else "autograde.cli"   # the baseline's command, or today's
+    completed = subprocess.run([sys.executable, "-m", cli, "grade", str(submissions), "--out", str(out),
                                 "--lab", lab, *extra], cwd=checkout, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - started
     if completed.returncode != 0:

@@ -50,7 +50,7 @@ def build_class(submissions: Path, lab: str, notebook: str, count: int) -> list[
 def grade(submissions: Path, out: Path, lab: str, workers: list[str], timeout: int) -> float:
     """Wall-clock seconds of ``course grade`` with ``workers`` (``["--jobs", "2"]`` or ``["--cluster", ADDRESS]``)."""
     started = time.perf_counter()
-    completed = subprocess.run([sys.executable, "-m", "course_lib.cli", "grade", str(submissions), "--lab", lab,
+    completed = subprocess.run([sys.executable, "-m", "autograde.cli", "grade", str(submissions), "--lab", lab,
                                 "--out", str(out), *workers, "--timeout", str(timeout)],
                                cwd=ROOT, capture_output=True, text=True)
     seconds = time.perf_counter() - started

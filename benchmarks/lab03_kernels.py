@@ -39,9 +39,9 @@ import nbformat
 import torch
 
 import course_lib.kernels  # noqa: F401  (the interpreter turns on before any kernel is defined)
+from autograde.demos import solution_answer
 from course_lib.checks.kernels_paged import paged_case
-from course_lib.grading.demo import solution_answer
-from course_lib.grading.notebooks import nbgrader_meta
+from course_lib.handin.notebooks import nbgrader_meta
 from course_lib.kernels.paged_attention import RUNS_ON_INTERPRETER, decode_attention_traffic, paged_decode_attention
 from course_lib.kernels.rmsnorm import add_rmsnorm_ref, add_rmsnorm_traffic, fused_add_rmsnorm, unfused_add_rmsnorm
 from course_lib.kernels.vector_add import vector_add

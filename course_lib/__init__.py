@@ -14,8 +14,11 @@ One module per concept (see shared/DESIGN.md):
   drafts, speculation in the engine)
 - ``viz`` (figures for the book and the labs)
 
-and the course machinery: ``checks`` (what notebook test cells call), ``grading`` (release,
-autograde, feedback, reports) and ``cli`` with ``commands`` (the ``course`` command).
+the teaching aids: ``checks`` (what notebook test cells call), ``viz``, ``sim``, ``claims`` and
+``chapters``; and the student's half of the platform: ``handin`` (``course check``, ``course
+submit``), ``runner`` (a notebook's cells in a fresh kernel, and the channel the checks use) and
+``cli`` with ``commands`` (the kit's ``course``). Imports point down that list only, and nothing
+here imports the instructor's platform, the package ``autograde`` (docs/architecture.md).
 """
 
 __version__ = "0.1.0"

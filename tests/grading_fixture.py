@@ -14,8 +14,8 @@ from pathlib import Path
 
 import nbformat
 
-from course_lib.grading import authoring as a
-from course_lib.grading.demo import DemoStudent, build_submission
+from autograde import authoring as a
+from autograde.demos import DemoStudent, build_submission
 
 LAB = "lab00-fixture"
 HIDDEN_MARKER = "HIDDEN_INPUT_7741"
@@ -220,7 +220,7 @@ STALL = """
 def add_one(x):
     return x + 1
 import os, signal
-from course_lib.grading import channel
+from course_lib.runner import channel
 _fill = channel.FrameReader._fill
 def _stop_on_a_large_frame(reader, needed, deadline):
     if needed > (1 << 20):

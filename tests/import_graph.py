@@ -9,6 +9,7 @@ package whose ``__init__`` re-exports a submodule would otherwise be a cycle of 
 
     python tests/import_graph.py course_lib       # the cycles, or "no import cycles"
     python tests/import_graph.py course_lib --edges course_lib.model   # what a module imports, with lines
+    python tests/import_graph.py course_lib --imports autograde   # every import of another package
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Import", "cycles", "import_edges", "module_files"]
+__all__ = ["Import", "cycles", "foreign_imports", "import_edges", "module_files"]
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,18 @@ def import_edges(root: Path, package: str) -> list[Import]:
     return list(dict.fromkeys(edges))   # `from a import b, c` names a twice
 
 
+def foreign_imports(root: Path, package: str, other: str) -> list[Import]:
+    """Every import by a module of ``package`` of the package ``other`` or one of its modules (the
+    target is the name the statement gives: ``from other.a import b`` gives ``other.a.b``)."""
+    edges = []
+    for module, path in module_files(root, package).items():
+        for name, line, lazy in imported_names(path, module):
+            target = name.split("|")[0]
+            if target == other or target.startswith(other + "."):
+                edges.append(Import(module, target, line, lazy))
+    return list(dict.fromkeys(edges))
+
+
 def cycles(edges: list[Import]) -> list[list[str]]:
     """The strongly connected components of more than one module (Tarjan), each sorted: every
     module of one can reach every other by imports, so each holds at least one cycle."""
@@ -149,7 +162,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("package", help="a package folder under --root, e.g. course_lib")
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent)
     parser.add_argument("--edges", metavar="MODULE", help="print what MODULE imports instead")
+    parser.add_argument("--imports", metavar="PACKAGE", help="print every import of PACKAGE instead (exit 1 if any)")
     args = parser.parse_args(argv)
+    if args.imports:
+        found_imports = foreign_imports(args.root, args.package, args.imports)
+        for edge in found_imports:
+            print(f"{edge.module}:{edge.line} -> {edge.target}{' (lazy)' if edge.lazy else ''}")
+        print(f"{len(found_imports)} import(s) of {args.imports} in {args.package}")
+        return 1 if found_imports else 0
     edges = import_edges(args.root, args.package)
     if args.edges:
         for edge in edges:

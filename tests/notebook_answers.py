@@ -6,8 +6,8 @@ from pathlib import Path
 
 import nbformat
 
-from course_lib.grading.demo import solution_answer
-from course_lib.grading.notebooks import nbgrader_meta
+from autograde.demos import solution_answer
+from course_lib.handin.notebooks import nbgrader_meta
 
 
 def answer_sources(solution_notebook: Path) -> dict[str, str]:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import course_lib
-from course_lib.grading.answer_helpers import EXTRA_ROOTS, PLATFORM, answer_helpers, library_index
-from course_lib.grading.edition import build_edition
+from autograde.answer_helpers import EXTRA_ROOTS, PLATFORM, answer_helpers, library_index
+from autograde.edition import build_edition
 
 ALL_LABS = {"lab01-text-to-tensors", "lab02-prefill-vs-decode", "lab03-kernels", "lab04-faster-decoding",
             "lab05-serving"}
@@ -37,7 +37,7 @@ def test_the_helpers_the_issue_names_are_found_and_stubbed_in_kits_and_grading(i
     assert NAMED_IN_THE_ISSUE <= kit <= grading
     assert "course_lib.checks.attention.sdpa_reference" in grading - kit, \
         "the checks' live reference is stubbed where the visible tests do not run"
-    assert not any(helper.startswith(("course_lib.grading", "course_lib.commands")) for helper in grading)
+    assert not any(helper.startswith(("course_lib.runner", "course_lib.handin", "course_lib.commands")) for helper in grading)
 
 
 def test_an_unlocked_lab_stubs_nothing_of_its_own(index):
@@ -56,7 +56,7 @@ def test_every_platform_entry_names_a_definition_and_gives_a_reason(index):
 
 
 def test_the_checks_references_are_either_stubbed_when_grading_or_kept_for_a_reason(index):
-    from course_lib.grading.answer_helpers import _in_marked, _kept
+    from autograde.answer_helpers import _in_marked, _kept
 
     grading = {helper.name for helper in answer_helpers(index, ALL_LABS, grading=True)}
     for module, roots in index.reference_roots.items():

@@ -28,8 +28,8 @@ import nbformat
 import pytest
 import yaml
 
+from autograde.commands import book as book_command
 from course_lib import viz
-from course_lib.commands import book as book_command
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BOOK_DIR = REPO_ROOT / "book"
@@ -222,7 +222,7 @@ def test_toc_gets_labs_only_when_there_are_some(tmp_path):
 def built_book():
     """Build the book once with `course book`; returns (html folder, build log)."""
     started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "course_lib.cli", "book"], cwd=REPO_ROOT,
+    result = subprocess.run([sys.executable, "-m", "autograde.cli", "book"], cwd=REPO_ROOT,
                             capture_output=True, text=True, timeout=900)
     log = result.stdout + result.stderr
     assert result.returncode == 0, f"course book failed (exit {result.returncode}):\n{log[-6000:]}"

@@ -32,9 +32,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_lib.grading.demo import solution_answer
-from course_lib.grading.kit import build_kit
-from course_lib.grading.layout import list_labs
+from autograde.demos import solution_answer
+from autograde.kit import build_kit
+from autograde.layout import list_labs
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent

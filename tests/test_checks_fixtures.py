@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.grading.edition import build_edition
-from course_lib.grading.recording import assemble_recordings
+from autograde.edition import build_edition
+from autograde.recording import assemble_recordings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -200,7 +200,7 @@ def test_a_refusal_of_the_reference_is_replayed_as_the_same_exception(replayed):
 
 
 def test_a_recording_goes_stale_when_code_changes_not_when_prose_does(tmp_path):
-    from course_lib.grading.recording import _inputs, fixture_path, stale_fixtures
+    from autograde.recording import _inputs, fixture_path, stale_fixtures
 
     lab = "lab-toy"
     (tmp_path / "solutions" / lab).mkdir(parents=True)

@@ -260,7 +260,7 @@ def test_lab04_headers_count_the_graded_test_cells(path):
 
     import nbformat
 
-    from course_lib.grading.notebooks import nbgrader_meta
+    from course_lib.handin.notebooks import nbgrader_meta
 
     notebook = nbformat.read(path, as_version=4)
     graded = [cell for cell in notebook.cells if nbgrader_meta(cell).get("grade")]

@@ -6,9 +6,9 @@ import json
 import nbformat
 import pytest
 
+from autograde import authoring
 from course_lib.chapters import ChapterNotFound, answers_from
 from course_lib.claims import CLAIMS_LOG_ENVIRONMENT, claim, skip_claim
-from course_lib.grading import authoring
 
 
 def test_a_claim_that_holds_prints_the_numbers(capsys):

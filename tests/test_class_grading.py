@@ -31,7 +31,7 @@ except Exception:
 
 
 def course(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "course_lib.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "autograde.cli", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -201,7 +201,7 @@ def test_a_killed_worker_loses_no_submission(serial, scheduler):
     processes.append(dask_worker(address, "survivor", logs / "survivor.log"))
     workers = wait_for_workers(address, 2)
     doomed_address = next(a for a, w in workers.items() if w["name"].startswith("doomed"))
-    grading = subprocess.Popen([sys.executable, "-m", "course_lib.cli", "grade", "submissions", "--solutions",
+    grading = subprocess.Popen([sys.executable, "-m", "autograde.cli", "grade", "submissions", "--solutions",
                                 "solutions", "--out", "cluster", "--timeout", "10", "--cluster", address],
                                cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -12,21 +12,21 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_lib.grading.demo import DEMO_SPECS, DEMO_SUBMISSIONS, load_demo_students
-from course_lib.grading.layout import list_labs
-from course_lib.grading.notebooks import grade_cells, nbgrader_meta
+from autograde.demos import DEMO_SPECS, DEMO_SUBMISSIONS, load_demo_students
+from autograde.layout import list_labs
+from course_lib.handin.notebooks import grade_cells, nbgrader_meta
 
 ROOT = Path(__file__).resolve().parent.parent
 LABS = list_labs(ROOT / "solutions")
 
 
 def course(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "course_lib.cli", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "autograde.cli", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout)
 
 
 def test_every_command_has_help():
-    from course_lib.cli import COMMANDS
+    from autograde.cli import COMMANDS
 
     top = course("--help")
     assert top.returncode == 0 and all(name in top.stdout for name in COMMANDS)

@@ -12,9 +12,9 @@ import nbformat
 import pytest
 
 import course_lib
+from autograde.edition import StubError, build_edition, marked_definitions, stub_source
 from course_lib.exercises import LABS, Exercise, exercise, exercise_of
-from course_lib.grading.edition import StubError, build_edition, marked_definitions, stub_source
-from course_lib.grading.notebooks import nbgrader_meta
+from course_lib.handin.notebooks import nbgrader_meta
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = Path(course_lib.__file__).resolve().parent

@@ -14,13 +14,13 @@ import time
 
 import pytest
 
-from course_lib.grading.cluster import WorkerInfo, judge_workers, validate_address
-from course_lib.grading.export import CANVAS_COLUMNS, canvas_csv, notebook_csv, read_roster
-from course_lib.grading.layout import GradingError
-from course_lib.grading.progress import Progress
-from course_lib.grading.results import NEEDS_GPU, CellResult, LabResult, NotebookResult
-from course_lib.grading.snapshot import digest_files, take_snapshot
-from course_lib.grading.store import ResultStore, StoredResult
+from autograde.cluster import WorkerInfo, judge_workers, validate_address
+from autograde.export import CANVAS_COLUMNS, canvas_csv, notebook_csv, read_roster
+from autograde.layout import GradingError
+from autograde.progress import Progress
+from autograde.results import NEEDS_GPU, CellResult, LabResult, NotebookResult
+from autograde.snapshot import digest_files, take_snapshot
+from autograde.store import ResultStore, StoredResult
 
 LAB1, LAB2 = "lab01-text-to-tensors", "lab02-prefill-vs-decode"
 
@@ -133,7 +133,7 @@ def test_export_command_writes_the_file_and_names_bad_arguments(tmp_path):
     ResultStore(out).save(stored("alice", LAB1, [2, 2, 2]))
 
     def export(*args):
-        return subprocess.run([sys.executable, "-m", "course_lib.cli", "export", *args], capture_output=True,
+        return subprocess.run([sys.executable, "-m", "autograde.cli", "export", *args], capture_output=True,
                               text=True, timeout=120)
 
     done = export(str(out), "--format", "canvas", "--out", str(tmp_path / "canvas.csv"))
@@ -187,7 +187,7 @@ def test_an_unreachable_cluster_is_a_clear_error_within_seconds(tmp_path):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "course_lib.cli", "grade", "submissions", "--solutions", "solutions",
+    done = subprocess.run([sys.executable, "-m", "autograde.cli", "grade", "submissions", "--solutions", "solutions",
                            "--out", "out", "--cluster", f"tcp://127.0.0.1:{port}", "--connect-timeout", "3"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -202,8 +202,8 @@ def dispatcher_for(tmp_path):
     """A dispatcher writing to tmp_path/out, for the fixture lab, with no cluster behind it."""
     from types import SimpleNamespace
 
-    from course_lib.grading.dispatch import GradeRun, _Dispatcher
-    from course_lib.grading.snapshot import lab_bundle
+    from autograde.dispatch import GradeRun, _Dispatcher
+    from autograde.snapshot import lab_bundle
     from tests.grading_fixture import LAB, write_fixture_lab
 
     write_fixture_lab(tmp_path / "solutions")
@@ -217,8 +217,8 @@ def dispatcher_for(tmp_path):
 
 
 def test_a_folder_that_changes_while_graded_is_reported_and_graded_again_on_resume(tmp_path):
-    from course_lib.grading.autograde import Submission
-    from course_lib.grading.dispatch import _unchanged
+    from autograde.dispatch import _unchanged
+    from autograde.grade_lab import Submission
 
     dispatcher, run, stream, lab = dispatcher_for(tmp_path)
     folder = tmp_path / "submissions" / "alice" / lab
@@ -240,8 +240,8 @@ def test_a_folder_that_changes_while_graded_is_reported_and_graded_again_on_resu
 def test_a_failed_grading_never_replaces_a_grade(tmp_path):
     from distributed import KilledWorker
 
-    from course_lib.grading.autograde import Submission
-    from course_lib.grading.dispatch import _describe
+    from autograde.dispatch import _describe
+    from autograde.grade_lab import Submission
 
     dispatcher, run, stream, lab = dispatcher_for(tmp_path)
     reason = _describe(KilledWorker("grade-x", None, 2))

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.grading.demo import load_demo_students
-from course_lib.grading.preprocessors import HIDDEN_REGION
+from autograde.demos import load_demo_students
+from autograde.preprocessors import HIDDEN_REGION
 
 pytestmark = [pytest.mark.slow, pytest.mark.full]
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,7 +82,7 @@ def graded(tmp_path_factory):
             shutil.copy(SUBMISSIONS / "correct" / lab / f"{notebook}.ipynb", target)
     sockets_before = {path for folder in (Path("/etc"), Path("/tmp")) for path in folder.glob("*.sock")}
     started = time.monotonic()
-    run = subprocess.run([sys.executable, "-m", "course_lib.cli", "grade", str(root / "submissions"), "--out",
+    run = subprocess.run([sys.executable, "-m", "autograde.cli", "grade", str(root / "submissions"), "--out",
                           str(root / "out"), "--jobs", "2", "--demo-specs", str(SPECS)],
                          capture_output=True, text=True, timeout=RUN_LIMIT_S)
     elapsed = time.monotonic() - started

@@ -11,11 +11,11 @@ import json
 import nbformat
 import pytest
 
-from course_lib.grading.bounded import (HIDDEN_OUTPUT_NOTE, MESSAGE_BYTES, CellOutputs, TextKeeper, bound_outputs,
-                                        clip)
-from course_lib.grading.feedback import CONTENT_SECURITY_POLICY, SanitizeFeedback, finish_page, sanitize_output
-from course_lib.grading.limits import GiB, KernelLimits, LimitsError, MiB, parse_limits
-from course_lib.grading.results import CellResult, LabResult, NotebookResult
+from autograde.feedback import CONTENT_SECURITY_POLICY, SanitizeFeedback, finish_page, sanitize_output
+from autograde.results import CellResult, LabResult, NotebookResult
+from course_lib.runner.bounded import (HIDDEN_OUTPUT_NOTE, MESSAGE_BYTES, CellOutputs, TextKeeper, bound_outputs,
+                                       clip)
+from course_lib.runner.limits import GiB, KernelLimits, LimitsError, MiB, parse_limits
 
 
 # ---- limits ---------------------------------------------------------------------------------------
@@ -51,7 +51,7 @@ def test_a_bad_limit_names_the_key_and_what_is_allowed(spec, words):
 
 
 def test_the_grade_command_refuses_a_bad_limit_and_prints_the_limits(tmp_path, capsys):
-    from course_lib.cli import main
+    from autograde.cli import main
 
     assert main(["grade", str(tmp_path), "--limits", "memory=nope"]) == 2
     assert "--limits memory='nope'" in capsys.readouterr().err
@@ -102,7 +102,7 @@ def test_clear_output_and_many_small_outputs_stay_bounded():
 
 
 def test_result_files_and_report_hold_clipped_reasons():
-    from course_lib.grading.report import report_json
+    from autograde.report import report_json
 
     result = LabResult("alice", "lab01", [NotebookResult("ch1", "graded", cells=[
         CellResult("t1", 0, 1, "error", "r" * (30 << 20))])], problems=["p" * (5 << 20)] * 500)
@@ -117,7 +117,7 @@ def test_result_files_and_report_hold_clipped_reasons():
 
 
 def test_hidden_regions_become_switches_at_their_indentation():
-    from course_lib.grading.testcells import HIDDEN_SWITCH, mark_hidden_regions
+    from autograde.testcells import HIDDEN_SWITCH, mark_hidden_regions
 
     source = "check(1)\n### BEGIN HIDDEN TESTS\ncheck(2)\nfor x in [3]:\n    ### BEGIN HIDDEN TESTS\n    check(x)\n" \
              "    ### END HIDDEN TESTS\n### END HIDDEN TESTS\n"
@@ -219,7 +219,7 @@ def test_an_output_a_check_printed_keeps_its_text():
     ("2026-03-01 " + "x" * 5000, "", "not one timestamp"),
 ])
 def test_timestamp_txt_is_parsed_and_checked(tmp_path, text, recorded, problem):
-    from course_lib.grading.autograde import read_timestamp
+    from autograde.grade_lab import read_timestamp
 
     path = tmp_path / "timestamp.txt"
     path.write_text(text)
@@ -234,7 +234,7 @@ def test_timestamp_txt_is_parsed_and_checked(tmp_path, text, recorded, problem):
 def test_a_kernel_cgroup_gets_its_limits_and_joins_before_the_kernel_runs(tmp_path, monkeypatch):
     import subprocess
 
-    from course_lib.grading.watchdog import CGROUP_ENVIRONMENT, KernelCgroup
+    from course_lib.runner.watchdog import CGROUP_ENVIRONMENT, KernelCgroup
 
     monkeypatch.delenv(CGROUP_ENVIRONMENT, raising=False)
     assert KernelCgroup.parent()[0] is None

@@ -18,19 +18,19 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course_lib.grading.channel import (
-    GRADER,
-    KERNEL,
-    Endpoint,
-    ProtocolError,
-    RemoteMethod,
-    RemoteObject,
-    Shared,
-    StudentError,
-    check_opcodes,
-    describe_error,
-    rebuild_error,
-)
+from course_lib.runner.channel import (
+                                       GRADER,
+                                       KERNEL,
+                                       Endpoint,
+                                       ProtocolError,
+                                       RemoteMethod,
+                                       RemoteObject,
+                                       Shared,
+                                       StudentError,
+                                       check_opcodes,
+                                       describe_error,
+                                       rebuild_error,
+                                       )
 
 
 class StudentThing:
@@ -79,7 +79,7 @@ class KernelHandler:
         if op == "call":
             target, call_args, call_kwargs = args
             return target(*call_args, **call_kwargs)
-        if op == "call_method":   # what course_lib.grading.kernel does
+        if op == "call_method":   # what course_lib.runner.kernel does
             target, name, call_args, call_kwargs, in_place = args
             value = getattr(target, name)(*call_args, **call_kwargs)
             return (value, call_args, call_kwargs) if in_place else value
@@ -172,7 +172,7 @@ def test_tensors_keep_their_strides():
 
 
 def test_a_tensor_whose_bytes_do_not_match_its_strides_is_refused():
-    from course_lib.grading.channel import ProtocolError, _rebuild_tensor
+    from course_lib.runner.channel import ProtocolError, _rebuild_tensor
 
     with pytest.raises(ProtocolError, match="needs 7 elements"):
         _rebuild_tensor("float32", (2, 3), bytes(4 * 6), (4, 1))          # reaches 7 elements, 6 sent
@@ -257,7 +257,7 @@ def test_rebuild_error_keeps_builtin_and_platform_types_only():
     assert type(rebuild_error(describe_error(ValueError("bad")), trusted=False)) is ValueError
     assert type(rebuild_error(describe_error(NotImplementedError()), trusted=False)) is NotImplementedError
     assert type(rebuild_error(describe_error(OutOfBlocksError("full")), trusted=False)) is OutOfBlocksError
-    for module in ("course_lib.checks", "course_lib.grading.channel", "__main__"):
+    for module in ("course_lib.checks", "course_lib.runner.channel", "__main__"):
         forged = {"type": "CheckFailed", "module": module, "message": "looks like a pass", "traceback": ""}
         assert type(rebuild_error(forged, trusted=False)) is StudentError
     assert type(rebuild_error({"type": "SystemExit", "module": "builtins", "message": ""}, trusted=False)) \
@@ -293,7 +293,7 @@ _plain_data = st.recursive(
 def test_the_fast_opcode_walk_steps_where_pickletools_does(value, protocol):
     """check_opcodes walks the bytes itself (genops is too slow for every message): it must find the
     same opcodes at the same offsets, and refuse exactly the pickles that use a forbidden one."""
-    from course_lib.grading.channel import _SAFE_OPCODES
+    from course_lib.runner.channel import _SAFE_OPCODES
 
     payload = pickle.dumps(value, protocol=protocol)
     opcodes = list(pickletools.genops(payload))
@@ -357,7 +357,7 @@ def test_a_module_from_the_kernel_is_a_handle_and_never_imported_in_the_grader()
     to_read, to_write = os.pipe()
     try:
         endpoint = Endpoint(to_read, to_write, GRADER, lambda op, args: None)
-        unloaded = "course_lib.grading.__never_loaded__"
+        unloaded = "course_lib.runner.__never_loaded__"
 
         class Persistent(pickle.Pickler):
             def persistent_id(self, obj):
@@ -381,7 +381,7 @@ def test_a_write_to_a_kernel_that_stopped_reading_ends_at_the_deadline():
     """write_frame never blocks past its deadline: on_timeout decides (here: give up)."""
     import time
 
-    from course_lib.grading.channel import ChannelTimeout, write_frame
+    from course_lib.runner.channel import ChannelTimeout, write_frame
 
     read_fd, write_fd = os.pipe()
     try:
@@ -406,7 +406,7 @@ def test_a_write_to_a_kernel_that_stopped_reading_ends_at_the_deadline():
 
 
 def test_the_grader_reads_no_frame_larger_than_its_kernel_limit():
-    from course_lib.grading.channel import MAX_KERNEL_FRAME_BYTES, FrameReader
+    from course_lib.runner.channel import MAX_KERNEL_FRAME_BYTES, FrameReader
 
     read_fd, write_fd = os.pipe()
     try:
@@ -419,7 +419,7 @@ def test_the_grader_reads_no_frame_larger_than_its_kernel_limit():
 
 
 def test_exception_messages_and_tracebacks_cross_clipped_both_ways():
-    from course_lib.grading.bounded import MESSAGE_BYTES, TRACEBACK_BYTES
+    from course_lib.runner.bounded import MESSAGE_BYTES, TRACEBACK_BYTES
 
     described = describe_error(ValueError("m" * (30 << 20)))
     assert len(described["message"]) < MESSAGE_BYTES + 200 and "bytes of error message cut" in described["message"]

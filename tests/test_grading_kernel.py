@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.grading.edition import build_edition
-from course_lib.grading.sandbox import BUBBLEWRAP, NONE, UNSHARE, Isolation, detect_isolation
-from course_lib.grading.student import KernelDied, StudentKernel
+from autograde.edition import build_edition
+from course_lib.runner.sandbox import BUBBLEWRAP, NONE, UNSHARE, Isolation, detect_isolation
+from course_lib.runner.student import KernelDied, StudentKernel
 
 pytestmark = pytest.mark.slow
 ISOLATION = detect_isolation()
@@ -78,8 +78,8 @@ def test_the_grader_calls_student_code_through_handles(kernel):
 
 
 def test_make_builds_platform_objects_in_the_kernel(kernel):
-    from course_lib.scheduler import Request, RequestStatus
     from course_lib.sampling import SamplingParams
+    from course_lib.scheduler import Request, RequestStatus
 
     request = kernel.build(Request, ("r1", [1, 2, 3], SamplingParams(max_tokens=4)), {})
     assert request.status is RequestStatus.WAITING
@@ -194,8 +194,8 @@ def test_a_server_the_check_runs_is_reachable_through_student_url_only(kernel):
     import http.server
     import threading
 
+    from autograde.testcells import run_test_cell
     from course_lib.checks import student_url
-    from course_lib.grading.testcells import run_test_cell
 
     class Hello(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -256,7 +256,7 @@ def test_a_copy_of_the_course_the_grader_does_not_know_about_is_hidden_too(isola
     """Another checkout elsewhere on the machine (here a new top-level folder) is out of sight."""
     import tempfile
 
-    from course_lib.grading.sandbox import default_plan
+    from course_lib.runner.sandbox import default_plan
 
     try:
         stray = Path(tempfile.mkdtemp(prefix="course-stray-checkout-", dir="/"))
@@ -277,7 +277,7 @@ def test_a_copy_of_the_course_the_grader_does_not_know_about_is_hidden_too(isola
 
 
 def test_only_system_folders_stay_visible(tmp_path):
-    from course_lib.grading.sandbox import _non_system_folders
+    from course_lib.runner.sandbox import _non_system_folders
 
     for name in ("usr", "etc", "work", "srv", "home"):
         (tmp_path / name).mkdir()
@@ -345,7 +345,7 @@ def test_several_calls_on_a_student_object_cross_as_one_request(kernel):
     """checks.call_methods: values, missing members and errors come back per call, in order, from one
     request; the student's exceptions are rebuilt as for single calls (look-alikes stay StudentError)."""
     from course_lib.checks import call_methods
-    from course_lib.grading.channel import StudentError
+    from course_lib.runner.channel import StudentError
 
     outputs_of(kernel, "class CheckFailed(AssertionError):\n    pass\n"
                        "class Pool:\n    def __init__(self):\n        self.free = 3\n"

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.grading.edition import build_edition
-from course_lib.grading.limits import KernelLimits, MiB
-from course_lib.grading.sandbox import NONE, detect_isolation
-from course_lib.grading.student import KernelDied, StudentKernel
+from autograde.edition import build_edition
+from course_lib.runner.limits import KernelLimits, MiB
+from course_lib.runner.sandbox import NONE, detect_isolation
+from course_lib.runner.student import KernelDied, StudentKernel
 
 pytestmark = pytest.mark.slow
 ISOLATION = detect_isolation()
@@ -85,7 +85,7 @@ def test_a_process_storm_stops_at_the_process_limit(kernel):
                     "        time.sleep(0.01)", timeout=60)
     assert time.monotonic() - started < 30
     assert not kernel.alive and kernel.uid is not None
-    from course_lib.grading.watchdog import kernel_processes, wait_for_exit
+    from course_lib.runner.watchdog import kernel_processes, wait_for_exit
 
     assert wait_for_exit(kernel_processes(None, kernel.uid), 5), "every process of the kernel's user id is gone"
 
@@ -140,8 +140,8 @@ def test_a_kernel_that_stops_itself_cannot_stall_a_write(kernel):
 def test_a_lent_model_refuses_more_work_than_a_check_needs(kernel):
     import torch
 
+    from autograde.testcells import run_test_cell
     from course_lib.checks import share
-    from course_lib.grading.testcells import run_test_cell
 
     class Config:
         vocab_size, max_position_embeddings = 100, 4096
@@ -182,7 +182,7 @@ def test_a_students_link_never_redirects_the_relay_socket(kernel, tmp_path):
 
 
 def test_hidden_checks_show_neither_what_the_student_printed_nor_its_errors(kernel):
-    from course_lib.grading.testcells import run_test_cell
+    from autograde.testcells import run_test_cell
 
     run(kernel, "seen = []\ndef echo(x):\n    seen.append(x)\n    print('ARG', x)\n"
                 "    if x == 'SECRET-INPUT-2':\n        raise ValueError('leaked ' + ' '.join(seen))\n    return x")
@@ -226,7 +226,7 @@ def test_a_killed_grader_takes_its_kernels_with_it(edition, tmp_path):
 
     workdir = tmp_path / "work"
     workdir.mkdir()
-    script = (f"from pathlib import Path\nfrom course_lib.grading.student import StudentKernel\n"
+    script = (f"from pathlib import Path\nfrom course_lib.runner.student import StudentKernel\n"
               f"k = StudentKernel(edition=Path({str(edition)!r}), workdir=Path({str(workdir)!r}))\nk.start()\n"
               "k.endpoint.deadline = None\nprint(k.process.pid, flush=True)\n"
               "k.endpoint.request('exec_cell', 'while True:\\n    pass')\n")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.grading.preprocessors import strip_hidden_tests
+from autograde.preprocessors import strip_hidden_tests
 from tests.grading_fixture import EXPECTED_CPU, HIDDEN_MARKER, LAB, LIMITS, write_fixture_lab, write_submissions
 
 pytestmark = pytest.mark.slow
@@ -31,7 +31,7 @@ except Exception:
 
 
 def course(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "course_lib.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "autograde.cli", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=1500)
 
 

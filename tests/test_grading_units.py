@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 
-from course_lib.grading.demo import DemoStudent
-from course_lib.grading.report import score_table
-from course_lib.grading.results import FAILED, MISSING, PASSED, CellResult, LabResult, NotebookResult
-from course_lib.grading.solve import _cell_problem
+from autograde.demos import DemoStudent
+from autograde.report import score_table
+from autograde.results import FAILED, MISSING, PASSED, CellResult, LabResult, NotebookResult
+from autograde.solve import _cell_problem
 
 
 def test_solve_reports_an_error_before_stderr():
@@ -42,7 +42,7 @@ def test_a_demo_student_hands_in_the_notebooks_its_expected_names():
 
 
 def test_kernels_graded_side_by_side_get_their_share_of_threads(monkeypatch):
-    from course_lib.grading.layout import kernel_environment
+    from autograde.layout import kernel_environment
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert kernel_environment(1)["OMP_NUM_THREADS"] == "1"
@@ -52,7 +52,7 @@ def test_kernels_graded_side_by_side_get_their_share_of_threads(monkeypatch):
 
 
 def test_summary_line_lists_few_results_and_summarizes_many():
-    from course_lib.grading.report import one_line_summary
+    from autograde.report import one_line_summary
 
     def result(student, lab, score):
         return LabResult(student, lab, [NotebookResult("01_a", "graded", cells=[CellResult("t", score, 4, PASSED)])])
@@ -67,7 +67,7 @@ def test_a_new_worker_removes_the_folders_of_killed_workers_only(tmp_path):
     import subprocess
     import sys
 
-    from course_lib.grading.worker import _remove_folders_of_dead_workers
+    from autograde.worker import _remove_folders_of_dead_workers
 
     finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(finished.stdout)   # exited: no process has this id (unless reused within the test)

@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 
 from course_lib.exercises import exercise_of
-from course_lib.grading.notebooks import nbgrader_meta
+from course_lib.handin.notebooks import nbgrader_meta
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB = "lab03-kernels"

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 import torch
 
-from course_lib.grading.notebooks import nbgrader_meta
+from course_lib.handin.notebooks import nbgrader_meta
 from tests.kernel_notebooks import replace_in_answer, run_source
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,6 +1,6 @@
 """Building the student kit: the leak rule on a small course, a refused build, the default labs, the help.
 
-The leak rule (``course_lib.grading.kit``, CONTRIBUTING "What a kit may contain"): code a release
+The leak rule (``autograde.kit``, CONTRIBUTING "What a kit may contain"): code a release
 notebook gives is the course's gift; code that answers a locked exercise never ships. A tiny
 course is written to a temporary folder (one library module with a marked reference, a lab of two
 chapters, its release made with nbgrader's own preprocessors) and ``find_leaks`` runs on kits made
@@ -19,9 +19,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_lib.grading import authoring as a
-from course_lib.grading.kit import build_kit, find_leaks, kit_plan
-from course_lib.grading.layout import GradingError
+from autograde import authoring as a
+from autograde.kit import build_kit, find_leaks, kit_plan
+from autograde.layout import GradingError
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB = "lab01-text-to-tensors"   # a lab name the library knows; the course around it is made up
@@ -217,7 +217,7 @@ def test_without_labs_the_kit_holds_every_lab_that_can_run_with_what_is_unlocked
 
 
 def test_a_refused_build_writes_nothing_and_keeps_an_old_kit(tmp_path, monkeypatch):
-    from course_lib.grading import kit as kit_module
+    from autograde import kit as kit_module
 
     monkeypatch.setattr(kit_module, "find_leaks", lambda *args, **kwargs: [kit_module.Leak("x.py", "line 1", "y")])
     out = tmp_path / "new" / "deeper" / "kit"
@@ -246,7 +246,7 @@ def test_a_good_build_replaces_an_old_kit_only_with_force(tmp_path):
 
 
 def _help_examples() -> list[str]:
-    from course_lib.commands.kit import DESCRIPTION
+    from autograde.commands.kit import DESCRIPTION
 
     examples = DESCRIPTION.split("examples:", 1)[1]
     return [line.split("#", 1)[0].strip() for line in examples.splitlines() if line.strip().startswith("course kit")]
@@ -255,7 +255,7 @@ def _help_examples() -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("example", _help_examples())
 def test_every_example_of_course_kit_help_builds_a_kit(example, tmp_path, capsys):
-    from course_lib.cli import main
+    from autograde.cli import main
 
     argv = shlex.split(example)[1:]
     out = tmp_path / "kit"

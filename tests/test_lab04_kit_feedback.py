@@ -23,12 +23,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autograde.demos import solution_answer
+from autograde.kit import build_kit
 from course_lib.exercises import LABS
-from course_lib.grading.demo import solution_answer
-from course_lib.grading.kit import build_kit
-from course_lib.grading.notebooks import nbgrader_meta
-from course_lib.grading.sandbox import NONE, Isolation
-from course_lib.grading.student import StudentKernel
+from course_lib.handin.notebooks import nbgrader_meta
+from course_lib.runner.sandbox import NONE, Isolation
+from course_lib.runner.student import StudentKernel
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,7 +131,7 @@ def test_a_warned_about_wrong_answer_fails_a_visible_test_naming_the_mistake(fee
 def test_every_cell_of_the_lab_runs_in_the_kit_with_the_reference_answers(kit, tmp_path):
     """The whole lab as a student who wrote the reference answers runs it: the chapters side by side (a later
     chapter imports an earlier one's answers), every cell, worked examples and experiments included."""
-    from course_lib.grading.demo import DemoStudent, build_submission
+    from autograde.demos import DemoStudent, build_submission
 
     correct = DemoStudent("correct", "the reference answers", "solution")
     folder = tmp_path / LAB

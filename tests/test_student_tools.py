@@ -23,13 +23,14 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autograde import authoring as a
+from autograde.unpack import MAX_FILE_BYTES, UnpackError, unpack_submissions
 from course_lib.cli import STUDENT_COMMANDS, main
-from course_lib.grading import authoring as a
 from course_lib.handin.check import (FAILED, HIDDEN_ONLY, NOT_ATTEMPTED, PASSED, SKIPPED_GPU, check_notebook,
                                      inspect_file)
 from course_lib.handin.manifest import release_manifest
 from course_lib.handin.submit import SubmitError, plan_hand_in, write_folder, write_zip
-from course_lib.handin.unpack import MAX_FILE_BYTES, UnpackError, unpack_submissions
+from tests.import_graph import foreign_imports
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB = "lab00-handin"
@@ -481,7 +482,10 @@ def test_a_folder_of_zips_grades_the_latest_hand_in_and_reports_the_refused(tmp_
 
 def test_course_grade_refuses_a_hostile_zip_with_a_clear_error(course, tmp_path, capsys):
     archive = _zip(tmp_path / "s1.zip", {"s1/lab00-handin/../../../escape.ipynb": NOTEBOOK})
-    code = main(["grade", str(archive), "--solutions", str(course / "solutions"), "--out", str(tmp_path / "out")])
+    from autograde.cli import main as instructor_main
+
+    code = instructor_main(["grade", str(archive), "--solutions", str(course / "solutions"), "--out",
+                            str(tmp_path / "out")])
     error = capsys.readouterr().err
     assert code == 1
     assert "course grade: s1.zip: refused: entry 's1/lab00-handin/../../../escape.ipynb' has a '..' part" in error
@@ -493,7 +497,7 @@ def test_course_grade_grades_the_zip_that_course_submit_made(course, manifest, t
     labs = tmp_path / "labs"
     _student(course, labs / LAB, {"add_one": ADD_ONE, "double": DOUBLE_WRONG})
     archive = write_zip(plan_hand_in("s7", labs, manifest=manifest), tmp_path)
-    run = subprocess.run([sys.executable, "-m", "course_lib.cli", "grade", str(archive), "--solutions",
+    run = subprocess.run([sys.executable, "-m", "autograde.cli", "grade", str(archive), "--solutions",
                           str(course / "solutions"), "--out", str(tmp_path / "out"), "--timeout", "30"],
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -513,8 +517,8 @@ def test_course_grade_grades_the_zip_that_course_submit_made(course, manifest, t
 
 
 def test_the_kit_ships_the_manifest_the_student_commands_and_says_how_to_hand_in(tmp_path):
-    from course_lib.grading.kit import build_kit
-    from course_lib.grading.layout import list_labs
+    from autograde.kit import build_kit
+    from autograde.layout import list_labs
 
     later = [lab for lab in list_labs(ROOT / "solutions") if lab != REAL_LAB]
     kit = build_kit(ROOT, tmp_path / "kit", labs=[REAL_LAB], unlock=later).folder
@@ -528,6 +532,15 @@ def test_the_kit_ships_the_manifest_the_student_commands_and_says_how_to_hand_in
         assert words in readme, words
     assert "course grade" not in readme and "course kit" not in readme
     assert "-m course_lib.handin.stubs" in makefile
+    # The kit ships the library alone: no platform code, and importing the library loads none of it.
+    assert not [path for path in kit.rglob("*") if path.name in ("autograde", "grading")], "the platform is in the kit"
+    assert not foreign_imports(kit, "course_lib", "autograde")
+    assert 'course = "course_lib.cli:main"' in (kit / "pyproject.toml").read_text()
+    loaded = subprocess.run([sys.executable, "-c", "import sys, course_lib, course_lib.cli, course_lib.handin, "
+                             "course_lib.runner.student; print(sorted(m for m in sys.modules if m.split('.')[0] == "
+                             "'autograde'))"], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(kit)},
+                            cwd=tmp_path, timeout=120)
+    assert loaded.returncode == 0 and loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr
     cli = subprocess.run([sys.executable, "-m", "course_lib.cli", "--help"], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(kit)}, cwd=tmp_path, timeout=120)
     listed = set(re.findall(r"^    (\w+)\s", cli.stdout, re.MULTILINE))

@@ -41,13 +41,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autograde.demos import (DEMO_SPECS, QUICK_DEMO_CHAPTERS, DemoStudent, build_submission,
+                             load_demo_students)
+from autograde.edition import marked_definitions
+from autograde.kit import build_kit
+from autograde.layout import list_labs
 from course_lib.exercises import LABS
-from course_lib.grading.demo import (DEMO_SPECS, QUICK_DEMO_CHAPTERS, DemoStudent, build_submission,
-                                     load_demo_students)
-from course_lib.grading.edition import marked_definitions
-from course_lib.grading.kit import build_kit
-from course_lib.grading.layout import list_labs
-from course_lib.grading.notebooks import grade_cells, nbgrader_meta
+from course_lib.handin.notebooks import grade_cells, nbgrader_meta
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,7 +77,8 @@ def _environment(edition: Path) -> dict:
 
 
 def course(*args, edition: Path = ROOT, cwd: Path = ROOT, timeout: float = 1800) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "course_lib.cli", *map(str, args)], cwd=cwd, capture_output=True,
+    command = "autograde.cli" if edition == ROOT else "course_lib.cli"   # the instructor's course, or the kit's
+    return subprocess.run([sys.executable, "-m", command, *map(str, args)], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env=_environment(edition))
 
 

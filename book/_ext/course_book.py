@@ -37,12 +37,12 @@ from sphinx import addnodes
 from sphinx.directives.patches import Figure
 from sphinx.util import logging
 
-from course_lib.commands.book import load_lab_map, title_from_lab_id
+from autograde.commands.book import load_lab_map, title_from_lab_id
 
 logger = logging.getLogger(__name__)
 
 FIGURE_DIR = Path("_generated") / "figures"
-LAB_MAP_FILE = "_labs.yml"  # read by course_lib.commands.book.load_lab_map
+LAB_MAP_FILE = "_labs.yml"  # read by autograde.commands.book.load_lab_map
 
 
 def _render_viz_figure(srcdir: Path, function_name: str, kwargs: dict) -> Path:

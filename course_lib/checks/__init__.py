@@ -21,7 +21,7 @@ Shared helpers for the lab check modules:
   student's code puts there may be the hidden inputs it was given;
 - ``make(factory, *args)`` builds a platform object *next to the student's code*: locally it is
   ``factory(*args)``; when grading, the student's kernel builds it from its own edition of the
-  library and the check gets a handle (see course_lib.grading.remote). Use it for anything the
+  library and the check gets a handle (see course_lib.runner.channel). Use it for anything the
   student's code will hold or call (a model for their generate loop, an engine around their parts);
 - ``share(obj, *methods)`` lends a check's own object to the student's code with only the named
   methods callable (a model whose forward the check counts, say): locally the object itself;

@@ -1,12 +1,18 @@
-"""Handing work in: what a student runs before and when handing in, and what the grader accepts.
+"""Handing work in: what a student runs before and when handing in (the grader's side is ``autograde``).
 
 - ``check``: ``course check NOTEBOOK``: the visible tests in a fresh kernel, per exercise passed /
   failed / not attempted with the points at stake, and whether the file is the one to hand in;
 - ``submit``: ``course submit --student ID [--zip]``: the folder layout ``course grade`` expects,
   ``<student>/<lab>/<notebook>.ipynb`` with nbgrader's ``timestamp.txt``, or a timestamped zip of it;
-- ``unpack``: ``course grade`` on such zips: unpacked with path, link and size checks first;
 - ``manifest``: what the release of each notebook holds (test-cell checksums and sources), which
-  ``course kit`` ships as ``course_lib/_release.json``.
+  ``course kit`` ships as ``course_lib/_release.json``;
+- ``blame``: which answer a failing cell's error comes from (for ``course check``);
+- ``stubs``: what a student sees when a cell reaches an exercise not written yet (an IPython extension);
+- ``notebooks``: reading and validating notebook files, their nbgrader metadata, lab and student
+  names, and which test cells need a GPU (shared with the grader, which imports them from here).
+
+``course check`` runs a notebook in a fresh kernel with ``course_lib.runner``, the same runner the
+grader uses. (``course grade`` unpacks the zips of ``course submit --zip`` with ``autograde.unpack``.)
 """
 
 from course_lib.handin.check import CheckReport, check_notebook

@@ -194,7 +194,7 @@ def _locate(path: Path, notebook, manifest: dict) -> tuple[str | None, str | Non
         lab = folder if folder in named else named[0]
         checks = [FileCheck(True, "name", f"{path.name} is a chapter of {lab}")]
     else:
-        from course_lib.grading.notebooks import nbgrader_meta
+        from course_lib.handin.notebooks import nbgrader_meta
 
         ids = {nbgrader_meta(cell).get("grade_id") for cell in notebook.cells} - {None} if notebook else set()
         overlap = {(lab, name): len(ids & {cell["grade_id"] for cell in cells})
@@ -218,7 +218,7 @@ def _locate(path: Path, notebook, manifest: dict) -> tuple[str | None, str | Non
 def _cell_checks(notebook, release: list[NotebookCell]) -> list[FileCheck]:
     from nbgrader.utils import compute_checksum
 
-    from course_lib.grading.notebooks import nbgrader_meta
+    from course_lib.handin.notebooks import nbgrader_meta
 
     seen: dict[str, int] = {}
     by_id = {}
@@ -253,7 +253,7 @@ def _cell_checks(notebook, release: list[NotebookCell]) -> list[FileCheck]:
 
 def inspect_file(path: Path, manifest: dict | None = None):
     """(notebook or None, lab, release notebook name, checks) for the file at ``path``; runs nothing."""
-    from course_lib.grading.notebooks import MalformedNotebook, read_notebook
+    from course_lib.handin.notebooks import MalformedNotebook, read_notebook
 
     manifest = load_manifest() if manifest is None else manifest
     path = Path(path)
@@ -351,10 +351,9 @@ def run_visible_tests(path: Path, notebook, release: list[NotebookCell] | None, 
     import course_lib
     from nbgrader.utils import compute_checksum
 
-    from course_lib.grading.layout import gpu_available
-    from course_lib.grading.notebooks import cell_label, nbgrader_meta
-    from course_lib.grading.sandbox import NONE, Isolation
-    from course_lib.grading.student import KernelDied, StudentKernel
+    from course_lib.handin.notebooks import cell_label, gpu_available, nbgrader_meta
+    from course_lib.runner.sandbox import NONE, Isolation
+    from course_lib.runner.student import KernelDied, StudentKernel
 
     gpu = gpu_available() if gpu is None else gpu
     released = {cell["grade_id"]: cell for cell in release or [] if cell["kind"] == "test"}
@@ -406,7 +405,7 @@ def _exercises(notebook, release: list[NotebookCell] | None, run: VisibleRun) ->
     """Group test results under the answer cell above them (the release's order, else the file's)."""
     from nbgrader.utils import compute_checksum
 
-    from course_lib.grading.notebooks import nbgrader_meta
+    from course_lib.handin.notebooks import nbgrader_meta
 
     if release is None:
         release = []

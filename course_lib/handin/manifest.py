@@ -30,8 +30,7 @@ NotebookCell = dict  # one entry of the manifest (see the module docstring)
 
 
 def _cells(path: Path) -> list[NotebookCell]:
-    from course_lib.grading.notebooks import nbgrader_meta
-    from course_lib.grading.results import needs_gpu
+    from course_lib.handin.notebooks import nbgrader_meta, needs_gpu
 
     cells = []
     for cell in nbformat.read(path, as_version=4).cells:
@@ -49,7 +48,7 @@ def _cells(path: Path) -> list[NotebookCell]:
 
 def release_manifest(labs_dir: Path, labs: list[str] | None = None) -> dict[str, dict[str, list[NotebookCell]]]:
     """The manifest of the release notebooks in ``labs_dir/<lab>/`` (every lab folder, or ``labs``)."""
-    from course_lib.grading.layout import LAB_NAME
+    from course_lib.handin.notebooks import LAB_NAME
 
     labs_dir = Path(labs_dir)
     chosen = labs if labs is not None else sorted(

@@ -58,7 +58,7 @@ class HandIn:
 def _answer_changed(path: Path, release) -> bool:
     from nbgrader.utils import compute_checksum
 
-    from course_lib.grading.notebooks import MalformedNotebook, nbgrader_meta, read_notebook
+    from course_lib.handin.notebooks import MalformedNotebook, nbgrader_meta, read_notebook
 
     try:
         notebook = read_notebook(path)
@@ -79,8 +79,8 @@ def changed_labs(labs_dir: Path, manifest: dict | None = None) -> list[str]:
 
 def plan_hand_in(student: str, labs_dir: Path, labs: list[str] | None = None, manifest: dict | None = None) -> HandIn:
     """Which files go in for ``labs`` (default: the labs you changed), checked; SubmitError when impossible."""
-    from course_lib.grading.layout import SAFE_ID
     from course_lib.handin.check import inspect_file
+    from course_lib.handin.notebooks import SAFE_ID
 
     if not SAFE_ID.match(student or ""):
         raise SubmitError(f"--student {student!r}: a student id is 1 to 100 letters, digits and . _ @ + - "

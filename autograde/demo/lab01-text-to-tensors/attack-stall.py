@@ -30,7 +30,7 @@ STOP = '''
 import os
 import signal
 
-from course_lib.grading import channel
+from course_lib.runner import channel
 
 _fill = channel.FrameReader._fill
 

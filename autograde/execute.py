@@ -1,0 +1,255 @@
+"""nbgrader's execute step, rebuilt so that student code never runs where the checks live.
+
+``IsolatedExecute`` replaces nbgrader's ``Execute`` in ``nbgrader autograde``. For each notebook it
+starts a student kernel (``StudentKernel``: the student edition of ``course_lib``, a scratch copy
+of the submission's folder, the sandbox) and walks the cells in order:
+
+- an ordinary or answer cell runs in the kernel, with the per-cell time limit;
+- a test cell (its instructor source, hidden tests included, already restored by nbgrader's
+  ``OverwriteCells``) runs here in the grader (``testcells.run_test_cell``) against handles to the
+  student's objects;
+- a test cell that the *source* notebook marks as GPU-only is not run on a machine without a
+  GPU: it gets a "skipped: needs a GPU" error (0 points in nbgrader's gradebook; our report leaves
+  it out of max_score). The submitted notebook's metadata is never consulted for this.
+
+If the kernel dies, the cell where it happened says so and every later code cell is marked as not
+run; the cells before keep their results. The kernel runs under the run's ``KernelLimits``: a
+kernel stopped at a limit says which in the cell where it happened ("memory limit of 4 GB
+reached"), an error raised in the student's code by a limit (a failed allocation, a full disk, a
+refused fork) gets the same sentence in front of its message, and once the notebook's wall-time
+limit has passed, the cells left are not run. Every cell's outputs are bounded again here, whatever
+the kernel sent (``bounded.bound_outputs``). The settings come from the environment the grader
+gives the nbgrader process (``GradingSettings``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import nbformat
+from nbgrader.preprocessors import NbGraderPreprocessor
+from nbgrader.utils import is_grade
+from traitlets import Integer
+
+from autograde.testcells import run_test_cell
+from course_lib.runner.bounded import bound_outputs, output_size
+from course_lib.runner.limits import KernelLimits, format_bytes
+from course_lib.runner.student import KernelDied, StudentKernel
+from course_lib.runner.watchdog import limit_message
+
+__all__ = ["GradingSettings", "IsolatedExecute", "cell_needs_gpu"]
+
+KERNEL_DIED = "KernelDied"
+NOTEBOOK_OUTPUTS = 10   # a notebook keeps at most ten cells' worth of output (the output limit each)
+NOT_RUN = "NotRun"
+NEEDS_GPU = "NeedsGPU"
+
+
+# The grader's own code, hidden from the student's kernel like the instructor's course_lib (the
+# sandbox hides the whole checkout when it runs from one; this covers an installed autograde too).
+_PLATFORM = Path(__file__).resolve().parent
+
+
+def cell_needs_gpu(cell) -> bool:
+    """A test cell is GPU-only when its metadata says so (``authoring.tests(..., needs_gpu=True)``)."""
+    return bool(cell.get("metadata", {}).get("course", {}).get("needs_gpu"))
+
+
+@dataclass
+class GradingSettings:
+    """What the grader tells the nbgrader process about the student kernels (through the environment)."""
+
+    edition: Path                      # the folder holding the student edition's course_lib
+    workspace: Path                    # the nbgrader course root (source/ holds the hidden tests)
+    hidden: list[Path] = field(default_factory=list)
+    gpu: bool = False
+    threads: int | None = None
+    limits: KernelLimits = field(default_factory=KernelLimits)
+
+    ENVIRONMENT = "COURSE_GRADING_SETTINGS"
+
+    def to_environment(self) -> dict[str, str]:
+        data = {"edition": str(self.edition), "workspace": str(self.workspace),
+                "hidden": [str(path) for path in self.hidden], "gpu": self.gpu, "threads": self.threads,
+                "limits": self.limits.as_dict()}
+        return {self.ENVIRONMENT: json.dumps(data)}
+
+    @classmethod
+    def from_environment(cls) -> "GradingSettings":
+        raw = os.environ.get(cls.ENVIRONMENT)
+        if not raw:
+            raise RuntimeError(f"{cls.ENVIRONMENT} is not set: IsolatedExecute runs only under `course grade`")
+        data = json.loads(raw)
+        return cls(Path(data["edition"]), Path(data["workspace"]), [Path(p) for p in data.get("hidden", [])],
+                   bool(data.get("gpu")), data.get("threads"), KernelLimits.from_dict(data.get("limits", {})))
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _record_timing(cell, started: str, finished: str) -> None:
+    """When the cell ran, under the keys nbclient's ``record_timing`` uses (so tools that read one read both)."""
+    cell.metadata["execution"] = {"iopub.status.busy": started, "shell.execute_reply": finished}
+
+
+def _error(ename: str, evalue: str) -> dict:
+    return {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": [f"{ename}: {evalue}"]}
+
+
+# What the student's code sees when it meets a limit inside the kernel: (limit, words in the error).
+_LIMIT_SIGNS = (
+    ("memory", ("MemoryError", "Cannot allocate memory", "can't allocate memory", "Unable to allocate")),
+    ("disk", ("No space left on device", "database or disk is full")),
+    ("file", ("File too large",)),
+    ("processes", ("can't start new thread", "Resource temporarily unavailable")),
+)
+
+
+def name_the_limit(output: dict, limits: KernelLimits, peak_processes: int = 0) -> dict:
+    """An error output a limit caused (MemoryError, ENOSPC...) with the limit's sentence in front of it.
+
+    A refused fork or thread (EAGAIN) names the process limit only when the kernel came near it
+    (``peak_processes``): a non-blocking socket says "Resource temporarily unavailable" too.
+    """
+    if output.get("output_type") != "error":
+        return output
+    text = f"{output.get('ename', '')}: {output.get('evalue', '')}"
+    for name, signs in _LIMIT_SIGNS:
+        if name == "processes" and peak_processes < 0.9 * limits.processes:
+            continue
+        if any(sign in text for sign in signs):
+            message = limit_message(name, limits)
+            if not str(output.get("evalue", "")).startswith(message):
+                output = {**output, "evalue": f"{message}: {output.get('evalue') or output.get('ename')}"}
+            break
+    return output
+
+class IsolatedExecute(NbGraderPreprocessor):
+    """Execute a submitted notebook: student code in an isolated kernel, test cells in the grader."""
+
+    timeout = Integer(120, help="Time limit per cell, in seconds.").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        settings = GradingSettings.from_environment()
+        lab, name = resources["nbgrader"]["assignment"], resources["nbgrader"]["notebook"]
+        source_cells = self._source_test_cells(settings.workspace, lab, name)
+        folder = Path(resources.get("metadata", {}).get("path") or ".")
+        student = resources["nbgrader"]["student"]
+        with tempfile.TemporaryDirectory(prefix="course-kernel-") as scratch:
+            workdir = Path(scratch) / lab
+            self._stage_workdir(workdir, settings.workspace / "submitted" / student / lab, folder)
+            kernel = StudentKernel(edition=settings.edition, workdir=workdir,
+                                   hidden=[*settings.hidden, settings.workspace, folder.resolve(), _PLATFORM],
+                                   threads=settings.threads, gpu=settings.gpu, limits=settings.limits)
+            try:
+                kernel.start()
+            except KernelDied as error:
+                detail = kernel.stderr_tail().strip().splitlines()[-3:]
+                self._mark_not_run(nb.cells, f"the student kernel could not start: {error} {' / '.join(detail)}")
+                kernel.close()
+                return nb, resources
+            try:
+                self._run_cells(nb, kernel, source_cells, settings.gpu, settings.limits)
+            finally:
+                kernel.close()
+        return nb, resources
+
+    @staticmethod
+    def _stage_workdir(workdir: Path, submitted: Path, autograded: Path) -> None:
+        """The kernel's folder: what the student handed in, nothing of the grader's.
+
+        The notebooks nbgrader prepared for grading hold the restored test cells, hidden tests
+        included, so they never go in: the kernel gets the notebooks as submitted and the other
+        files of the submission.
+        """
+        source = submitted if submitted.is_dir() else autograded
+        shutil.copytree(source, workdir, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "*.ipynb"))
+        if submitted.is_dir():
+            for notebook in submitted.glob("*.ipynb"):
+                shutil.copy2(notebook, workdir / notebook.name)
+
+    @staticmethod
+    def _source_test_cells(workspace: Path, lab: str, name: str) -> dict[str, dict]:
+        """The instructor's test cells by grade_id (GPU-only flags are read from here, not the submission)."""
+        path = workspace / "source" / lab / f"{name}.ipynb"
+        notebook = nbformat.read(path, as_version=4)
+        return {cell.metadata["nbgrader"]["grade_id"]: cell for cell in notebook.cells if is_grade(cell)}
+
+    def _run_cells(self, nb, kernel: StudentKernel, source_cells: dict[str, dict], gpu: bool,
+                   limits: KernelLimits) -> None:
+        namespace: dict = {}
+        died_in: int | None = None
+        died_why = ""
+        count = 0
+        notebook_output = 0
+        notebook_ends = time.monotonic() + limits.notebook
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            if died_in is not None:
+                cell.outputs = [nbformat.from_dict(_error(
+                    NOT_RUN, f"not run: the kernel died in an earlier cell (cell {died_in + 1}{died_why})"))]
+                cell.execution_count = None
+                continue
+            left = notebook_ends - time.monotonic()
+            if left <= 0:
+                cell.outputs = [nbformat.from_dict(_error(
+                    NOT_RUN, f"not run: {limit_message('notebook', limits)} before this cell"))]
+                cell.execution_count = None
+                continue
+            count += 1
+            started = _now()
+            try:
+                outputs = self._run_cell(cell, kernel, source_cells, namespace, gpu, index, min(self.timeout, left))
+            except KernelDied as error:
+                outputs = [_error(KERNEL_DIED, str(error))]
+            peak = kernel.watchdog.peak.processes if kernel.watchdog is not None else 0
+            outputs = [name_the_limit(output, limits, peak)
+                       for output in bound_outputs(outputs, limits.output, limits.stream)]
+            kept = sum(output_size(output) for output in outputs)
+            if notebook_output + kept > NOTEBOOK_OUTPUTS * limits.output:   # the whole page stays bounded too
+                outputs = [o for o in outputs if o.get("output_type") == "error"] + [{
+                    "output_type": "stream", "name": "stdout",
+                    "text": f"[this cell's output ({kept:,} bytes) is not kept: the notebook's outputs passed "
+                            f"{NOTEBOOK_OUTPUTS} x {format_bytes(limits.output)}]\n"}]
+            notebook_output += sum(output_size(output) for output in outputs)
+            _record_timing(cell, started, _now())
+            if any(output.get("ename") == KERNEL_DIED for output in outputs) or not kernel.alive:
+                died_in = index
+                if not any(output.get("ename") == KERNEL_DIED for output in outputs):
+                    outputs.append(_error(KERNEL_DIED, "the kernel died while running this cell (os._exit, a "
+                                                       "crash or running out of memory); the cells after it "
+                                                       "were not run"))
+                self.log.warning("kernel died in cell %d; grading what ran before it", index + 1)
+                reason = next((str(o.get("evalue", "")) for o in outputs if o.get("ename") == KERNEL_DIED), "")
+                died_why = f": {reason.split(': the kernel')[0].split('; the cells')[0][:300]}" if reason else ""
+            for output in outputs:
+                if output.get("output_type") == "execute_result":
+                    output["execution_count"] = count
+            cell.outputs = [nbformat.from_dict(output) for output in outputs]
+            cell.execution_count = count
+
+    def _run_cell(self, cell, kernel: StudentKernel, source_cells: dict[str, dict], namespace: dict, gpu: bool,
+                  index: int, timeout: float) -> list[dict]:
+        if is_grade(cell):
+            grade_id = cell.metadata["nbgrader"]["grade_id"]
+            source_cell = source_cells.get(grade_id, cell)
+            if cell_needs_gpu(source_cell) and not gpu:
+                return [_error(NEEDS_GPU, "skipped: needs a GPU (this machine has none; not counted in max_score)")]
+            return run_test_cell(cell.source, kernel, namespace, timeout=timeout,
+                                 label=f"<test cell {grade_id}>", limits=kernel.limits)
+        return kernel.run_cell(cell.source, timeout)["outputs"]
+
+    @staticmethod
+    def _mark_not_run(cells, reason: str) -> None:
+        for cell in cells:
+            if cell.cell_type == "code":
+                cell.outputs = [nbformat.from_dict(_error(NOT_RUN, reason))]

@@ -1,0 +1,280 @@
+"""Running a notebook's test cells in the grader, against the student's objects in their kernel.
+
+A test cell's code (with its hidden tests) is compiled and run here, in the grader's process,
+where the reference implementations and the checks live. Before it runs, every name it reads but
+does not define itself is looked up in the student's kernel: an answer function arrives as a
+handle (``RemoteObject``) whose calls run the student's code over there; plain values arrive as
+copies. ``checks.make`` and ``checks.share`` are pointed at this kernel while the cell runs.
+
+The cell's outputs are what a kernel would have produced: one stdout stream (what the checks
+printed here and what the student's code printed there, in order, its head and tail kept within
+the printed-output limit) and, if the cell failed, an error whose traceback is the student's own
+(the grader's frames and the test code never appear).
+
+Hidden tests (between ``### BEGIN HIDDEN TESTS`` and ``### END HIDDEN TESTS``) call the student's
+code with inputs the student must not see, so while they run nothing printed reaches the cell's
+output (one line says that output during hidden checks is not shown), a failing check does not
+repeat the student's result or the message of the student's exception
+(``checks.hidden_check``), and an error raised there keeps neither its message nor its traceback
+when the student's code made it: what the student's code could put in them is what it was given.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import contextlib
+import io
+import signal
+import threading
+import warnings
+from typing import Any
+
+from autograde.preprocessors import HIDDEN_BEGIN, HIDDEN_END
+from course_lib.checks import _HIDDEN_CHECK, _PLATFORM_BUILDER, _SHARER, _URL_SHARER
+from course_lib.runner.bounded import HIDDEN_OUTPUT_NOTE, TextKeeper
+from course_lib.runner.channel import _BUILTIN_ERRORS, ChannelClosed, ProtocolError, StudentError
+from course_lib.runner.limits import KernelLimits
+from course_lib.runner.student import CellTimeout, KernelDied, StudentKernel
+
+__all__ = ["free_names", "mark_hidden_regions", "run_test_cell", "strip_magics"]
+
+HIDDEN_SWITCH = "__course_hidden_checks__"
+
+GRADER_GRACE_S = 15  # the grader's own code gets this long past the cell's limit before it is stopped
+
+
+def strip_magics(source: str) -> str:
+    """IPython magics and shell escapes (``%matplotlib inline``, ``!ls``) have no meaning in the grader."""
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+
+
+def free_names(tree: ast.AST) -> list[str]:
+    """Names the code reads but never binds anywhere (assignment, import, def, argument, loop target)."""
+    bound: set[str] = set()
+    read: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Load):
+                read.append(node.id)
+            else:
+                bound.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            bound.update(node.names)
+    seen: dict[str, None] = {}
+    for name in read:
+        if name not in bound and not hasattr(builtins, name):
+            seen.setdefault(name)
+    return list(seen)
+
+
+def mark_hidden_regions(source: str) -> tuple[str, bool]:
+    """``source`` with each hidden-test marker replaced by a call that says where hidden tests start
+    and end (``__course_hidden_checks__(True)`` / ``(False)``, at the marker's indentation), and whether
+    it has any. A marker the code around it makes unusable as a statement turns the whole cell hidden.
+    """
+    if HIDDEN_BEGIN not in source:
+        return source, False
+    lines = []
+    for line in source.splitlines():
+        stripped = line.lstrip()
+        indent = line[:len(line) - len(stripped)]
+        if stripped.startswith(HIDDEN_BEGIN):
+            line = f"{indent}{HIDDEN_SWITCH}(True)"
+        elif stripped.startswith(HIDDEN_END):
+            line = f"{indent}{HIDDEN_SWITCH}(False)"
+        lines.append(line)
+    marked = "\n".join(lines)
+    try:
+        ast.parse(marked)
+    except SyntaxError:
+        return f"{HIDDEN_SWITCH}(True)\n{source}", True
+    return marked, True
+
+
+class _Output(io.TextIOBase):
+    """One ordered text stream for the cell: the grader's prints and the student's relayed ones.
+
+    It stands in for sys.stdout and sys.stderr, so it answers what libraries ask a stream (uvicorn's
+    logging asks ``isatty()``; a check's server may log from another thread). It keeps the head and
+    tail of what is written (``limit`` bytes), and while hidden tests run it keeps nothing but one
+    line saying that output during hidden checks is not shown.
+    """
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._keeper = TextKeeper(limit)
+        self.hidden = False
+        self._noted = False
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            if self.hidden:
+                if text and not self._noted:
+                    self._noted = True
+                    self._keeper.write(HIDDEN_OUTPUT_NOTE)
+                return len(text) if isinstance(text, str) else 0
+            self._keeper.write(text)
+            return len(text) if isinstance(text, str) else 0
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def text(self) -> str:
+        with self._lock:
+            return self._keeper.text()
+
+
+@contextlib.contextmanager
+def _alarm(seconds: float):
+    """Stop runaway grader-side code (a loop driven by a student's answers) with SIGALRM."""
+    if threading.current_thread() is not threading.main_thread() or seconds <= 0:
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise CellTimeout("the test ran past its time limit")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _from_student(error: BaseException) -> bool:
+    """Whether ``error``, or an exception it came from, was raised by the student's code in the kernel."""
+    seen = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, StudentError) or getattr(current, "remote_traceback", None) is not None:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _hidden_error_output(error: BaseException) -> dict:
+    """An error raised by the student's code in a hidden check: its type when the course knows it, no message."""
+    name = getattr(error, "remote_type", None) or (error.ename if isinstance(error, StudentError)
+                                                   else type(error).__name__)
+    known = name in _BUILTIN_ERRORS or isinstance(error, Exception) and type(error).__module__.startswith("course_lib")
+    shown = name if known and not isinstance(error, StudentError) else "an exception"
+    evalue = (f"your code raised {shown} during a hidden check (the message and traceback of errors in hidden "
+              "checks are not shown: run the visible tests and your own examples to find it)")
+    return {"output_type": "error", "ename": shown if shown != "an exception" else "Error", "evalue": evalue,
+            "traceback": []}
+
+
+def _error_output(error: BaseException, kernel: StudentKernel, timeout: float, *, hidden: bool = False) -> dict:
+    """The cell's error output: the exception's name and message, and the student's own traceback."""
+    if isinstance(error, (ChannelClosed, ProtocolError)):
+        error = KernelDied(kernel._death_reason(error))
+    if isinstance(error, StudentError) and error.ename == "KeyboardInterrupt" and kernel.timed_out:
+        error = CellTimeout()
+    if isinstance(error, CellTimeout):
+        return {"output_type": "error", "ename": "CellTimeoutError",
+                "evalue": f"the cell ran longer than the {timeout:g} s limit and was interrupted", "traceback": []}
+    if isinstance(error, KernelDied):
+        return {"output_type": "error", "ename": "KernelDied", "evalue": str(error), "traceback": [str(error)]}
+    if hidden and not isinstance(error, AssertionError) and _from_student(error):
+        return _hidden_error_output(error)
+    ename = error.ename if isinstance(error, StudentError) else type(error).__name__
+    evalue = str(error)
+    if isinstance(error, StudentError) and evalue.startswith(f"{ename}: "):
+        evalue = evalue[len(ename) + 2:]
+    traceback_lines = []
+    student_traceback = "" if hidden else _student_traceback(error)
+    if student_traceback:
+        traceback_lines.append(student_traceback)
+    traceback_lines.append(f"{ename}: {evalue}")
+    return {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": traceback_lines}
+
+
+def _student_traceback(error: BaseException) -> str:
+    """The traceback of the student's code behind ``error`` (the first cause that came from the kernel)."""
+    seen = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        remote = getattr(current, "remote_traceback", "")
+        if remote:
+            return "Traceback in your code:\n" + remote.rstrip()
+        current = current.__cause__ or current.__context__
+    return ""
+
+
+def run_test_cell(source: str, kernel: StudentKernel, namespace: dict[str, Any], *, timeout: float,
+                  label: str = "test cell", limits: KernelLimits | None = None) -> list[dict]:
+    """Run a test cell's code here against ``kernel``; returns the cell's nbformat outputs.
+
+    ``namespace`` is shared by the notebook's test cells (a name one test cell defines is visible
+    to the next, as in a kernel); names it lacks are looked up in the student's kernel.
+    """
+    limits = limits or kernel.limits
+    output = _Output(limits.stream)
+    marked, _ = mark_hidden_regions(strip_magics(source))
+    try:
+        tree = ast.parse(marked, filename=label)
+        code = compile(tree, label, "exec")
+    except SyntaxError as error:  # the instructor's test cell: a bug in the course, reported as such
+        return [{"output_type": "error", "ename": "SyntaxError", "evalue": f"in the test cell: {error}",
+                 "traceback": []}]
+    namespace.setdefault("__name__", "__main__")
+    namespace.setdefault("__builtins__", builtins)
+    hidden_token = [None]
+
+    def switch_hidden(on: bool) -> None:
+        output.hidden = bool(on)
+        if hidden_token[0] is not None:
+            _HIDDEN_CHECK.reset(hidden_token[0])
+            hidden_token[0] = None
+        if on:
+            hidden_token[0] = _HIDDEN_CHECK.set(True)
+
+    namespace[HIDDEN_SWITCH] = switch_hidden
+    kernel.output_sink = output.write
+    kernel.set_deadline(timeout)
+    builder = _PLATFORM_BUILDER.set(kernel.build)
+    sharer = _SHARER.set(kernel.share)
+    url_sharer = _URL_SHARER.set(kernel.expose_url)
+    outputs: list[dict] = []
+    try:
+        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output), \
+                warnings.catch_warnings(), _alarm(timeout + GRADER_GRACE_S):
+            warnings.simplefilter("default")
+            for name in free_names(tree):
+                if name in namespace or name == HIDDEN_SWITCH:
+                    continue
+                try:
+                    namespace[name] = kernel.lookup(name)
+                except NameError:
+                    pass  # the cell will raise NameError itself, where it uses the name
+            exec(code, namespace)
+    except BaseException as error:  # noqa: BLE001 - every failure of the cell becomes its error output
+        if isinstance(error, (KeyboardInterrupt, SystemExit)) and not isinstance(error, CellTimeout):
+            raise
+        outputs.append(_error_output(error, kernel, timeout, hidden=output.hidden))
+    finally:
+        switch_hidden(False)
+        namespace.pop(HIDDEN_SWITCH, None)
+        _PLATFORM_BUILDER.reset(builder)
+        _SHARER.reset(sharer)
+        _URL_SHARER.reset(url_sharer)
+        kernel.output_sink = None
+    text = output.text()
+    return ([{"output_type": "stream", "name": "stdout", "text": text}] if text else []) + outputs
