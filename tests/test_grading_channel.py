@@ -322,6 +322,66 @@ def test_a_truncated_or_garbled_pickle_is_refused_never_read_past(value, cut, ju
             assert pickle.STOP in garbled
 
 
+class _CheapHashPair(tuple):
+    """A student's tuple look-alike with a constant hash: it crosses as a plain tuple (like a named tuple)."""
+
+    _fields = ()
+
+    def __hash__(self):
+        return 0
+
+
+def _doubling(leaf, depth, container):
+    value = leaf
+    for _ in range(depth):
+        value = container((value, value))
+    return value
+
+
+@pytest.mark.parametrize("bomb", [
+    # A dict keyed by a tuple of tuples 2**40 leaves wide: unpickling hashes the key, hours of C in the grader.
+    lambda: {_CheapHashPair(_doubling(1, 40, tuple)): 1},
+    lambda: frozenset({_CheapHashPair(_doubling(1, 40, tuple))}),
+    # A list 2**31 items wide once unfolded: torch.tensor(...) of it in a check asks for 16 GiB.
+    lambda: _doubling(1, 31, list),
+    # A big string used a million times: each use counts its bytes.
+    lambda: ["x" * 1_000_000] * 100_000,
+], ids=["dict-key", "frozenset", "list", "string"])
+def test_a_value_that_unfolds_into_billions_of_items_is_refused_before_it_is_built(bomb):
+    """The memo lets a 200-byte pickle describe a value of 2**40 items; the grader refuses it before
+    unpickling (where the hash of a dict key runs in C, out of reach of the cell's alarm)."""
+    import time
+
+    kernel = Endpoint(-1, -1, KERNEL, lambda op, args: None)
+    grader = Endpoint(-1, -1, GRADER, lambda op, args: None)
+    payload = kernel.dumps({"reply": 1, "value": bomb()})
+    assert len(payload) < 2_000_000
+    started = time.monotonic()
+    with pytest.raises(ProtocolError, match="unfolds into more than"):
+        grader.loads(payload)
+    assert time.monotonic() - started < 5
+
+
+def test_a_value_that_contains_itself_is_refused():
+    kernel = Endpoint(-1, -1, KERNEL, lambda op, args: None)
+    grader = Endpoint(-1, -1, GRADER, lambda op, args: None)
+    looped: list = [1]
+    looped.append(looped)
+    with pytest.raises(ProtocolError, match="contains itself"):
+        grader.loads(kernel.dumps({"reply": 1, "value": [looped]}))
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=_plain_data, copies=st.integers(min_value=2, max_value=50))
+def test_plain_data_with_shared_parts_crosses_unchanged(value, copies):
+    """Honest sharing (the same list, string or tuple used several times) unfolds into little and passes."""
+    kernel = Endpoint(-1, -1, KERNEL, lambda op, args: None)
+    grader = Endpoint(-1, -1, GRADER, lambda op, args: None)
+    shared = [value] * copies
+    message = {"reply": 1, "value": [shared, (value, value), {"k": shared}]}
+    assert grader.loads(kernel.dumps(message)) == message
+
+
 def test_a_method_call_on_a_handle_is_one_request_and_looks_the_method_up_when_called():
     with channel_pair() as (grader, printed, _):
         thing = grader.request("global", "thing")
