@@ -362,6 +362,30 @@ def test_a_value_that_unfolds_into_billions_of_items_is_refused_before_it_is_bui
     assert time.monotonic() - started < 5
 
 
+@pytest.mark.parametrize("nested", [
+    b"}" + b")" + b"\x85" * 2_000_000 + b"K\x01s",        # {((((...)))): 1}, a tuple 2 million deep as a dict key
+    b"]" + b"(" * 3000 + b"l" * 3000 + b"a",                 # [[[[...]]]]: lists 3000 deep
+], ids=["dict-key", "lists"])
+def test_a_value_nested_thousands_deep_is_refused(nested):
+    """A kernel can write its own frames. Hashing the dict key of the first one (as unpickling does)
+    recursed in C until the grader crashed with a segmentation fault; now it never gets that far."""
+    grader = Endpoint(-1, -1, GRADER, lambda op, args: None)
+    payload = b"\x80\x04}(\x8c\x05replyK\x01\x8c\x05value" + nested + b"u."
+    with pytest.raises(ProtocolError, match="nested more than"):
+        grader.loads(payload)
+
+
+def test_many_shallow_containers_still_cross():
+    kernel = Endpoint(-1, -1, KERNEL, lambda op, args: None)
+    grader = Endpoint(-1, -1, GRADER, lambda op, args: None)
+    message = {"reply": 1, "value": [(index, [index, {"k": (index,)}]) for index in range(5000)]}
+    assert grader.loads(kernel.dumps(message)) == message
+    deep = [1]
+    for _ in range(400):
+        deep = [deep]
+    assert grader.loads(kernel.dumps({"reply": 1, "value": deep})) == {"reply": 1, "value": deep}
+
+
 def test_a_value_that_contains_itself_is_refused():
     kernel = Endpoint(-1, -1, KERNEL, lambda op, args: None)
     grader = Endpoint(-1, -1, GRADER, lambda op, args: None)
