@@ -386,6 +386,19 @@ def test_many_shallow_containers_still_cross():
     assert grader.loads(kernel.dumps({"reply": 1, "value": deep})) == {"reply": 1, "value": deep}
 
 
+def test_a_tensor_view_that_describes_more_than_a_frame_is_refused():
+    """A stride-0 view of 2**40 elements crosses in 4 bytes; a check's isfinite(got) on it would fill the
+    grader's memory in C. Honest views (expanded, transposed) of a frame's size still cross as they are."""
+    kernel = Endpoint(-1, -1, KERNEL, lambda op, args: None)
+    grader = Endpoint(-1, -1, GRADER, lambda op, args: None)
+    huge = torch.zeros(1).expand(2**40)
+    with pytest.raises(ProtocolError, match="more than a frame"):
+        grader.loads(kernel.dumps({"reply": 1, "value": huge}))
+    view = torch.arange(6.0).reshape(1, 6).expand(1000, 6)
+    got = grader.loads(kernel.dumps({"reply": 1, "value": view}))["value"]
+    assert torch.equal(got, view) and got.stride() == (0, 1)
+
+
 def test_a_value_that_contains_itself_is_refused():
     kernel = Endpoint(-1, -1, KERNEL, lambda op, args: None)
     grader = Endpoint(-1, -1, GRADER, lambda op, args: None)

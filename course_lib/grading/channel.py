@@ -467,7 +467,13 @@ class _Unpickler(pickle.Unpickler):
             raise ProtocolError(f"malformed persistent id {pid!r}")
         tag, *fields = pid
         if tag == "tensor":
-            return _rebuild_tensor(*fields)
+            tensor = _rebuild_tensor(*fields)
+            if self.endpoint.side == GRADER and tensor.numel() * tensor.element_size() > MAX_KERNEL_FRAME_BYTES:
+                # A view with zero strides describes 2**40 elements in a few bytes; one elementwise operation
+                # of a check on it (isfinite, a difference) would then fill the grader's memory, in C.
+                raise ProtocolError(f"a tensor of shape {tuple(tensor.shape)} would take more than a frame "
+                                    f"({MAX_KERNEL_FRAME_BYTES >> 20} MiB) if copied; it does not cross the channel")
+            return tensor
         if tag == "ndarray":
             return _rebuild_ndarray(*fields)
         if tag in ("value", "dict", "list", "tuple", "bytes"):
