@@ -9,9 +9,10 @@ read before anything is written, and refused whole, with the reason, when an ent
 - is larger than ``MAX_FILE_BYTES`` unpacked, or the zip adds up to more than ``MAX_TOTAL_BYTES``
   or ``MAX_ENTRIES`` entries (sizes are counted while unpacking too: the sizes a zip declares can lie);
 - appears twice;
-- belongs to another student than the one the zip is named for (``course submit`` names a zip
-  ``<student>-<UTC time>.zip``, and a learning platform may put its own prefix before that, or a
-  copy number after it): a student's zip cannot hand in, or replace, another student's lab.
+- in a folder of zips, belongs to a student the zip's name does not name (``course submit`` names a
+  zip ``<student>-<UTC time>.zip``; a learning platform may add its own prefix, a browser a copy
+  number): a student's zip cannot hand in, or replace, another student's lab. (The platform's record
+  of who uploaded which file stays the proof of identity: compare it with the names in report.json.)
 
 Of an accepted zip only what grading reads is unpacked: ``<student>/<lab>/*.ipynb`` and
 ``<student>/<lab>/timestamp.txt``; anything else is listed as ignored. When two zips hold the same
@@ -36,7 +37,6 @@ MAX_TOTAL_BYTES = 512 * 1024 * 1024
 MAX_ENTRIES = 2000
 _GRADED = re.compile(r"^[^/]+/[^/]+/(?:[^/]+\.ipynb|timestamp\.txt)$")
 _TIME_IN_NAME = re.compile(r"(\d{8}T\d{6}Z)")
-_NAMED_FOR = re.compile(r"^(?P<prefix>.+)-\d{8}T\d{6}Z\b")
 
 
 class UnpackError(ValueError):
@@ -138,15 +138,13 @@ def _read_zip(path: Path) -> tuple[dict[str, bytes], list[str]]:
 
 
 def _check_owner(files: dict[str, bytes], zip_path: Path) -> None:
-    """Refuse a zip named for one student (``<student>-<UTC time>.zip``) that holds another's folder."""
-    match = _NAMED_FOR.match(zip_path.name)
-    if match is None:   # not named by course submit (a class zip an instructor made): nothing to compare
-        return
-    prefix = match.group("prefix")
-    for student in sorted({name.split("/", 1)[0] for name in files}):
-        if prefix != student and not re.search(rf"[^A-Za-z0-9]{re.escape(student)}$", prefix):
-            raise UnpackError(f"{zip_path.name}: refused: it is named for {prefix!r} but holds the folder "
-                              f"{student + '/'!r} (a zip hands in only the labs of the student it is named for)")
+    """Refuse a zip (one of a folder's) holding the folder of a student its file name does not name."""
+    name = zip_path.name[:-len(zip_path.suffix)] if zip_path.suffix else zip_path.name
+    for student in sorted({entry.split("/", 1)[0] for entry in files}):
+        if not re.search(rf"(?<![A-Za-z0-9]){re.escape(student)}(?![A-Za-z0-9])", name):
+            raise UnpackError(f"{zip_path.name}: refused: it holds the folder {student + '/'!r}, a student its name "
+                              f"does not name (a zip hands in the labs of the student it is named for: "
+                              f"`course submit --zip` writes {student}-<time>.zip)")
 
 
 def _hand_in_time(files: dict[str, bytes], lab_prefix: str, zip_path: Path) -> str:
@@ -188,7 +186,8 @@ def unpack_submissions(submissions: Path, target: Path) -> Unpacked:
     for path in zips:
         try:
             files, ignored = _read_zip(path)
-            _check_owner(files, path)
+            if not submissions.is_file():   # one zip given on its own may hold a whole class
+                _check_owner(files, path)
         except UnpackError as error:
             if submissions.is_file():
                 raise
