@@ -255,6 +255,12 @@ channel.Endpoint.dumps = _frame_by_hand
 def double(x):
     return _Deep()
 """
+ASSERT_HIDDEN = """
+def add_one(x):
+    if x not in (0, 1):   # the visible checks use 0 and 1: anything else is a hidden input
+        raise AssertionError(f"LEAKED-ARGUMENT-{x}")
+    return x + 1
+"""
 STALL_PADDING = "def double(x):\n    return 2 * x\n" + ("# " + "p" * 100 + "\n") * 13_000
 # The limits of the grading run: small, so that each attack is cheap to stop.
 LIMITS = "memory=1GB,processes=128,disk=128MB,file=64MB"
@@ -276,6 +282,7 @@ ATTACKS = {
     "attack-forged-timestamp": dict(mutation="timestamp"),
     "attack-hash-bomb": dict(answers={"double": HASH_BOMB}),
     "attack-deep-key": dict(answers={"double": DEEP_KEY}),
+    "attack-assert-hidden": dict(answers={"add_one": ASSERT_HIDDEN}),
 }
 STUDENTS.update(ATTACKS)
 
@@ -307,6 +314,7 @@ EXPECTED_CPU = {
     "attack-forged-timestamp": (8, 8),
     "attack-hash-bomb": (5, 8),      # its reply unfolds into 2**40 items: refused, not hashed for hours
     "attack-deep-key": (5, 8),       # its hand-made reply nests 2 million deep: refused, the grader does not crash
+    "attack-assert-hidden": (6, 8),  # the hidden check of add_one fails (its AssertionError's message is not shown)
 }
 FORGED_TIMESTAMP = "2001-01-01 00:00:00.000000 UTC\n<script>alert('gradebook')</script>\n"
 
