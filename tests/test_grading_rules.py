@@ -306,7 +306,7 @@ def test_an_assertion_error_the_student_raises_in_a_hidden_check_keeps_its_messa
     graded_notebook = (root / "out" / "autograded" / "attack-assert-hidden" / LAB / "ch1.ipynb").read_text()
     for text in (feedback_page(root, "attack-assert-hidden"), graded_notebook,
                  (root / "out" / "report.json").read_text()):
-        assert "LEAKED-ARGUMENT" not in text
+        assert "LEAKED-ARGUMENT-41" not in text   # the hidden input is 41 (the answer's source shows the f-string)
     assert "during a hidden check" in feedback_page(root, "attack-assert-hidden")
 
 
