@@ -168,6 +168,11 @@ def _from_student(error: BaseException) -> bool:
     return False
 
 
+def _raised_in_kernel(error: BaseException) -> bool:
+    """Whether ``error`` itself (not an exception it came from) was raised by the student's code in the kernel."""
+    return isinstance(error, StudentError) or getattr(error, "remote_traceback", None) is not None
+
+
 def _hidden_error_output(error: BaseException) -> dict:
     """An error raised by the student's code in a hidden check: its type when the course knows it, no message."""
     name = getattr(error, "remote_type", None) or (error.ename if isinstance(error, StudentError)
@@ -191,7 +196,9 @@ def _error_output(error: BaseException, kernel: StudentKernel, timeout: float, *
                 "evalue": f"the cell ran longer than the {timeout:g} s limit and was interrupted", "traceback": []}
     if isinstance(error, KernelDied):
         return {"output_type": "error", "ename": "KernelDied", "evalue": str(error), "traceback": [str(error)]}
-    if hidden and not isinstance(error, AssertionError) and _from_student(error):
+    # An assert of the test code keeps its message (the instructor wrote it); an AssertionError the
+    # student's code raised is the student's message, which may spell out the hidden inputs.
+    if hidden and (_raised_in_kernel(error) if isinstance(error, AssertionError) else _from_student(error)):
         return _hidden_error_output(error)
     ename = error.ename if isinstance(error, StudentError) else type(error).__name__
     evalue = str(error)

@@ -8,7 +8,11 @@ read before anything is written, and refused whole, with the reason, when an ent
 - is a symbolic link, a device or anything but a plain file or folder;
 - is larger than ``MAX_FILE_BYTES`` unpacked, or the zip adds up to more than ``MAX_TOTAL_BYTES``
   or ``MAX_ENTRIES`` entries (sizes are counted while unpacking too: the sizes a zip declares can lie);
-- appears twice.
+- appears twice;
+- in a folder of zips, belongs to a student the zip's name does not name (``course submit`` names a
+  zip ``<student>-<UTC time>.zip``; a learning platform may add its own prefix, a browser a copy
+  number): a student's zip cannot hand in, or replace, another student's lab. (The platform's record
+  of who uploaded which file stays the proof of identity: compare it with the names in report.json.)
 
 Of an accepted zip only what grading reads is unpacked: ``<student>/<lab>/*.ipynb`` and
 ``<student>/<lab>/timestamp.txt``; anything else is listed as ignored. When two zips hold the same
@@ -133,6 +137,16 @@ def _read_zip(path: Path) -> tuple[dict[str, bytes], list[str]]:
     return files, ignored
 
 
+def _check_owner(files: dict[str, bytes], zip_path: Path) -> None:
+    """Refuse a zip (one of a folder's) holding the folder of a student its file name does not name."""
+    name = zip_path.name[:-len(zip_path.suffix)] if zip_path.suffix else zip_path.name
+    for student in sorted({entry.split("/", 1)[0] for entry in files}):
+        if not re.search(rf"(?<![A-Za-z0-9]){re.escape(student)}(?![A-Za-z0-9])", name):
+            raise UnpackError(f"{zip_path.name}: refused: it holds the folder {student + '/'!r}, a student its name "
+                              f"does not name (a zip hands in the labs of the student it is named for: "
+                              f"`course submit --zip` writes {student}-<time>.zip)")
+
+
 def _hand_in_time(files: dict[str, bytes], lab_prefix: str, zip_path: Path) -> str:
     """A sortable time of one lab's hand-in: its timestamp.txt, the time in the zip's name, the zip's mtime."""
     from datetime import datetime, timezone
@@ -172,6 +186,8 @@ def unpack_submissions(submissions: Path, target: Path) -> Unpacked:
     for path in zips:
         try:
             files, ignored = _read_zip(path)
+            if not submissions.is_file():   # one zip given on its own may hold a whole class
+                _check_owner(files, path)
         except UnpackError as error:
             if submissions.is_file():
                 raise

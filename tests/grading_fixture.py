@@ -228,6 +228,39 @@ def _stop_on_a_large_frame(reader, needed, deadline):
     return _fill(reader, needed, deadline)
 channel.FrameReader._fill = _stop_on_a_large_frame
 """
+HASH_BOMB = """
+class _Pair(tuple):
+    _fields = ()            # crosses as a named tuple would: a plain tuple
+    def __hash__(self):     # so the kernel builds the dict at once
+        return 0
+def double(x):
+    key = (1,)
+    for _ in range(40):
+        key = (key, key)    # 2**40 leaves in a 200-byte pickle
+    return {_Pair(key): 2 * x}
+"""
+DEEP_KEY = """
+import pickle
+from course_lib.grading import channel
+_dumps = channel.Endpoint.dumps
+class _Deep:
+    pass
+def _frame_by_hand(self, message):
+    if isinstance(message, dict) and isinstance(message.get("value"), _Deep):
+        request = pickle.dumps(message["reply"], protocol=2)[2:-1]
+        return (b"\\x80\\x04}(\\x8c\\x05reply" + request + b"\\x8c\\x05value}" + b")" + b"\\x85" * 2_000_000
+                + b"K\\x01su.")   # {"reply": id, "value": {((((...)))): 1}}, a key two million tuples deep
+    return _dumps(self, message)
+channel.Endpoint.dumps = _frame_by_hand
+def double(x):
+    return _Deep()
+"""
+ASSERT_HIDDEN = """
+def add_one(x):
+    if x not in (0, 1):   # the visible checks use 0 and 1: anything else is a hidden input
+        raise AssertionError(f"LEAKED-ARGUMENT-{x}")
+    return x + 1
+"""
 STALL_PADDING = "def double(x):\n    return 2 * x\n" + ("# " + "p" * 100 + "\n") * 13_000
 # The limits of the grading run: small, so that each attack is cheap to stop.
 LIMITS = "memory=1GB,processes=128,disk=128MB,file=64MB"
@@ -247,6 +280,9 @@ ATTACKS = {
     "attack-module-by-name": dict(answers={"double": MODULE_BY_NAME}),
     "attack-stall": dict(answers={"add_one": STALL, "double": STALL_PADDING}),
     "attack-forged-timestamp": dict(mutation="timestamp"),
+    "attack-hash-bomb": dict(answers={"double": HASH_BOMB}),
+    "attack-deep-key": dict(answers={"double": DEEP_KEY}),
+    "attack-assert-hidden": dict(answers={"add_one": ASSERT_HIDDEN}),
 }
 STUDENTS.update(ATTACKS)
 
@@ -276,6 +312,9 @@ EXPECTED_CPU = {
     "attack-module-by-name": (5, 8),   # a module is not a function: test_double fails, nothing is imported
     "attack-stall": (5, 8),          # the write of its 1.3 MB cell ends at the deadline: killed there
     "attack-forged-timestamp": (8, 8),
+    "attack-hash-bomb": (5, 8),      # its reply unfolds into 2**40 items: refused, not hashed for hours
+    "attack-deep-key": (5, 8),       # its hand-made reply nests 2 million deep: refused, the grader does not crash
+    "attack-assert-hidden": (6, 8),  # the hidden check of add_one fails (its AssertionError's message is not shown)
 }
 FORGED_TIMESTAMP = "2001-01-01 00:00:00.000000 UTC\n<script>alert('gradebook')</script>\n"
 

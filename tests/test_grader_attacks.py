@@ -32,7 +32,7 @@ GRADER_ATTACKS = {
     "lab01-text-to-tensors": ["attack-borrow-platform-helpers", "attack-tokenizer-guard", "attack-stall",
                               "attack-output-flood", "attack-print-hidden-inputs", "attack-feedback-script",
                               "attack-module-by-name", "attack-memory-hog", "attack-disk-filler",
-                              "attack-process-storm", "attack-forged-timestamp"],
+                              "attack-process-storm", "attack-forged-timestamp", "attack-hash-bomb"],
     "lab02-prefill-vs-decode": ["attack-lent-model-overload"],
     "lab05-serving": ["attack-relay-symlink"],
 }

@@ -322,6 +322,103 @@ def test_a_truncated_or_garbled_pickle_is_refused_never_read_past(value, cut, ju
             assert pickle.STOP in garbled
 
 
+class _CheapHashPair(tuple):
+    """A student's tuple look-alike with a constant hash: it crosses as a plain tuple (like a named tuple)."""
+
+    _fields = ()
+
+    def __hash__(self):
+        return 0
+
+
+def _doubling(leaf, depth, container):
+    value = leaf
+    for _ in range(depth):
+        value = container((value, value))
+    return value
+
+
+@pytest.mark.parametrize("bomb", [
+    # A dict keyed by a tuple of tuples 2**40 leaves wide: unpickling hashes the key, hours of C in the grader.
+    lambda: {_CheapHashPair(_doubling(1, 40, tuple)): 1},
+    lambda: frozenset({_CheapHashPair(_doubling(1, 40, tuple))}),
+    # A list 2**31 items wide once unfolded: torch.tensor(...) of it in a check asks for 16 GiB.
+    lambda: _doubling(1, 31, list),
+    # A big string used a million times: each use counts its bytes.
+    lambda: ["x" * 1_000_000] * 100_000,
+], ids=["dict-key", "frozenset", "list", "string"])
+def test_a_value_that_unfolds_into_billions_of_items_is_refused_before_it_is_built(bomb):
+    """The memo lets a 200-byte pickle describe a value of 2**40 items; the grader refuses it before
+    unpickling (where the hash of a dict key runs in C, out of reach of the cell's alarm)."""
+    import time
+
+    kernel = Endpoint(-1, -1, KERNEL, lambda op, args: None)
+    grader = Endpoint(-1, -1, GRADER, lambda op, args: None)
+    payload = kernel.dumps({"reply": 1, "value": bomb()})
+    assert len(payload) < 2_000_000
+    started = time.monotonic()
+    with pytest.raises(ProtocolError, match="unfolds into more than"):
+        grader.loads(payload)
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("nested", [
+    b"}" + b")" + b"\x85" * 2_000_000 + b"K\x01s",        # {((((...)))): 1}, a tuple 2 million deep as a dict key
+    b"]" + b"(" * 3000 + b"l" * 3000 + b"a",                 # [[[[...]]]]: lists 3000 deep
+], ids=["dict-key", "lists"])
+def test_a_value_nested_thousands_deep_is_refused(nested):
+    """A kernel can write its own frames. Hashing the dict key of the first one (as unpickling does)
+    recursed in C until the grader crashed with a segmentation fault; now it never gets that far."""
+    grader = Endpoint(-1, -1, GRADER, lambda op, args: None)
+    payload = b"\x80\x04}(\x8c\x05replyK\x01\x8c\x05value" + nested + b"u."
+    with pytest.raises(ProtocolError, match="nested more than"):
+        grader.loads(payload)
+
+
+def test_many_shallow_containers_still_cross():
+    kernel = Endpoint(-1, -1, KERNEL, lambda op, args: None)
+    grader = Endpoint(-1, -1, GRADER, lambda op, args: None)
+    message = {"reply": 1, "value": [(index, [index, {"k": (index,)}]) for index in range(5000)]}
+    assert grader.loads(kernel.dumps(message)) == message
+    deep = [1]
+    for _ in range(400):
+        deep = [deep]
+    assert grader.loads(kernel.dumps({"reply": 1, "value": deep})) == {"reply": 1, "value": deep}
+
+
+def test_a_tensor_view_that_describes_more_than_a_frame_is_refused():
+    """A stride-0 view of 2**40 elements crosses in 4 bytes; a check's isfinite(got) on it would fill the
+    grader's memory in C. Honest views (expanded, transposed) of a frame's size still cross as they are."""
+    kernel = Endpoint(-1, -1, KERNEL, lambda op, args: None)
+    grader = Endpoint(-1, -1, GRADER, lambda op, args: None)
+    huge = torch.zeros(1).expand(2**40)
+    with pytest.raises(ProtocolError, match="more than a frame"):
+        grader.loads(kernel.dumps({"reply": 1, "value": huge}))
+    view = torch.arange(6.0).reshape(1, 6).expand(1000, 6)
+    got = grader.loads(kernel.dumps({"reply": 1, "value": view}))["value"]
+    assert torch.equal(got, view) and got.stride() == (0, 1)
+
+
+def test_a_value_that_contains_itself_is_refused():
+    kernel = Endpoint(-1, -1, KERNEL, lambda op, args: None)
+    grader = Endpoint(-1, -1, GRADER, lambda op, args: None)
+    looped: list = [1]
+    looped.append(looped)
+    with pytest.raises(ProtocolError, match="contains itself"):
+        grader.loads(kernel.dumps({"reply": 1, "value": [looped]}))
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=_plain_data, copies=st.integers(min_value=2, max_value=50))
+def test_plain_data_with_shared_parts_crosses_unchanged(value, copies):
+    """Honest sharing (the same list, string or tuple used several times) unfolds into little and passes."""
+    kernel = Endpoint(-1, -1, KERNEL, lambda op, args: None)
+    grader = Endpoint(-1, -1, GRADER, lambda op, args: None)
+    shared = [value] * copies
+    message = {"reply": 1, "value": [shared, (value, value), {"k": shared}]}
+    assert grader.loads(kernel.dumps(message)) == message
+
+
 def test_a_method_call_on_a_handle_is_one_request_and_looks_the_method_up_when_called():
     with channel_pair() as (grader, printed, _):
         thing = grader.request("global", "thing")

@@ -196,6 +196,20 @@ def test_hidden_checks_show_neither_what_the_student_printed_nor_its_errors(kern
     assert "during a hidden check" in error(outputs)
 
 
+def test_an_assertion_error_the_student_raises_in_a_hidden_check_keeps_its_message_back(kernel):
+    """The test code's own assert keeps its message; an AssertionError from the student's code is the
+    student's message (here the hidden input), so in a hidden check it is withheld like any other error."""
+    from course_lib.grading.testcells import run_test_cell
+
+    run(kernel, "def judge(x):\n    if x != 'visible':\n        raise AssertionError('leaked ' + x)\n    return x")
+    hidden = "assert judge('visible') == 'visible'\n### BEGIN HIDDEN TESTS\njudge('SECRET-INPUT-3')\n### END HIDDEN TESTS\n"
+    outputs = run_test_cell(hidden, kernel, {}, timeout=30)
+    assert "SECRET-INPUT" not in json.dumps(outputs) and "leaked" not in json.dumps(outputs)
+    assert "during a hidden check" in error(outputs)
+    own = "### BEGIN HIDDEN TESTS\nassert judge('visible') == 'other', 'the hidden check says so'\n### END HIDDEN TESTS\n"
+    assert "the hidden check says so" in error(run_test_cell(own, kernel, {}, timeout=30))
+
+
 def test_require_own_implementation_asks_the_kernel_where_the_code_comes_from(kernel):
     from course_lib.checks import CheckFailed, register_reference_names, require_own_implementation
 

@@ -20,7 +20,7 @@ from tests.grading_fixture import EXPECTED_CPU, HIDDEN_MARKER, LAB, LIMITS, writ
 pytestmark = pytest.mark.slow
 GPU_CHECK_PASSES = {"correct", "noisy", "tampered", "wrong-hidden", "attack-fake-gpu", "attack-lying-eq",
                     "attack-read-secrets", "attack-write-outside", "attack-disk-filler", "attack-output-flood",
-                    "attack-print-hidden", "attack-feedback-script", "attack-forged-timestamp"}
+                    "attack-print-hidden", "attack-feedback-script", "attack-forged-timestamp", "attack-assert-hidden"}
 GPU = False
 try:
     import torch
@@ -295,6 +295,19 @@ def test_what_the_student_prints_during_hidden_checks_is_not_shown(graded):
     notebook = json.loads((root / "out" / "autograded" / "attack-print-hidden" / LAB / "ch1.ipynb").read_text())
     outputs = json.dumps([c.get("outputs", []) for c in notebook["cells"]])
     assert "ARGS 41" not in outputs
+
+
+def test_an_assertion_error_the_student_raises_in_a_hidden_check_keeps_its_message_back(graded):
+    """An answer that raises AssertionError(f"...{x}") on a hidden input would have published it: the
+    grader showed every AssertionError's message, meant for the test code's own asserts."""
+    root, _, report = graded
+    entry = by_student(report)["attack-assert-hidden"]
+    assert cell(entry, "ch1", "test_add_one")["points"] == 0
+    graded_notebook = (root / "out" / "autograded" / "attack-assert-hidden" / LAB / "ch1.ipynb").read_text()
+    for text in (feedback_page(root, "attack-assert-hidden"), graded_notebook,
+                 (root / "out" / "report.json").read_text()):
+        assert "LEAKED-ARGUMENT-41" not in text   # the hidden input is 41 (the answer's source shows the f-string)
+    assert "during a hidden check" in feedback_page(root, "attack-assert-hidden")
 
 
 def test_feedback_pages_run_no_script_and_show_the_graders_verdict(graded):

@@ -480,6 +480,32 @@ def test_a_folder_of_zips_grades_the_latest_hand_in_and_reports_the_refused(tmp_
     assert "ignored s1/notes.txt" in notes
 
 
+def test_a_zip_named_for_one_student_cannot_hand_in_or_replace_another_students_lab(tmp_path):
+    """s1's zip holding s2's folder with a later timestamp would have replaced s2's own hand-in."""
+    folder = tmp_path / "downloads"
+    folder.mkdir()
+    honest = nbformat.writes(a.notebook([a.markdown("# s2's own work")]))
+    forged = nbformat.writes(a.notebook([a.markdown("# blank, handed in by s1")]))
+    _zip(folder / "s2-20260101T100000Z.zip", {"s2/lab00-handin/ch1.ipynb": honest,
+                                              "s2/lab00-handin/timestamp.txt": "2026-01-01 10:00:00.000000 UTC"})
+    _zip(folder / "s1-20260102T100000Z.zip", {"s1/lab00-handin/ch1.ipynb": NOTEBOOK,
+                                              "s2/lab00-handin/ch1.ipynb": forged,
+                                              "s2/lab00-handin/timestamp.txt": "2099-01-01 10:00:00.000000 UTC"})
+    _zip(folder / "homework.zip", {"s2/lab00-handin/ch1.ipynb": forged})   # renamed: names nobody
+    # A learning platform's prefix and a browser's copy number keep the name's student.
+    _zip(folder / "doe_s3_1234_s3-20260102T100000Z (1).zip", {"s3/lab00-handin/ch1.ipynb": NOTEBOOK})
+    _zip(folder / "s30-20260102T100000Z.zip", {"s3/lab00-handin/ch2.ipynb": NOTEBOOK})   # s30 is not s3
+    unpacked = unpack_submissions(folder, tmp_path / "unpacked")
+    refused = "\n".join(unpacked.refused)
+    assert len(unpacked.refused) == 3, refused
+    assert "s1-20260102T100000Z.zip: refused: it holds the folder 's2/', a student its name does not name" in refused
+    assert "homework.zip: refused" in refused and "s30-20260102T100000Z.zip: refused" in refused
+    assert not (tmp_path / "unpacked" / "s3" / "lab00-handin" / "ch2.ipynb").exists()
+    assert "s2's own work" in (tmp_path / "unpacked" / "s2" / "lab00-handin" / "ch1.ipynb").read_text()
+    assert (tmp_path / "unpacked" / "s3" / "lab00-handin" / "ch1.ipynb").is_file()
+    assert not (tmp_path / "unpacked" / "s1").exists()   # refused whole, with the reason reported
+
+
 def test_course_grade_refuses_a_hostile_zip_with_a_clear_error(course, tmp_path, capsys):
     archive = _zip(tmp_path / "s1.zip", {"s1/lab00-handin/../../../escape.ipynb": NOTEBOOK})
     from autograde.cli import main as instructor_main

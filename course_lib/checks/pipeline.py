@@ -609,6 +609,11 @@ def _reference_greedy(prompts: tuple[str, ...], max_tokens: int) -> list[list[in
 def _serve(engine, prompts: list[str], params, step_limit: int) -> list[list[int]]:
     """``engine.generate`` one step at a time, giving up after ``step_limit`` steps (a scheduler that never
     finishes its requests would otherwise loop forever). Returns each prompt's generated token ids."""
+    # The engine's StepOutputs cross by value from the student's kernel, and the grader rebuilds them only
+    # from a module it has loaded: without this, a student who handed in this chapter without the
+    # earlier ones (which load it) lost test_engine to "course_lib.engine is not loaded in the grader".
+    import course_lib.engine  # noqa: F401
+
     request_ids = [engine.add_request(prompt, params) for prompt in prompts]
     tokens: dict[Any, list[int]] = {request_id: [] for request_id in request_ids}
     for _ in range(step_limit):

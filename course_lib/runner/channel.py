@@ -467,7 +467,13 @@ class _Unpickler(pickle.Unpickler):
             raise ProtocolError(f"malformed persistent id {pid!r}")
         tag, *fields = pid
         if tag == "tensor":
-            return _rebuild_tensor(*fields)
+            tensor = _rebuild_tensor(*fields)
+            if self.endpoint.side == GRADER and tensor.numel() * tensor.element_size() > MAX_KERNEL_FRAME_BYTES:
+                # A view with zero strides describes 2**40 elements in a few bytes; one elementwise operation
+                # of a check on it (isfinite, a difference) would then fill the grader's memory, in C.
+                raise ProtocolError(f"a tensor of shape {tuple(tensor.shape)} would take more than a frame "
+                                    f"({MAX_KERNEL_FRAME_BYTES >> 20} MiB) if copied; it does not cross the channel")
+            return tensor
         if tag == "ndarray":
             return _rebuild_ndarray(*fields)
         if tag in ("value", "dict", "list", "tuple", "bytes"):
@@ -547,6 +553,7 @@ def check_opcodes(payload: bytes, positions: list[int] | None = None) -> None:
     of every opcode.
     """
     index, end = 0, len(payload)
+    reuses, containers = False, 0
     while index < end:
         code = payload[index]
         length = _ALLOWED_OPCODES.get(code)
@@ -557,7 +564,15 @@ def check_opcodes(payload: bytes, positions: list[int] | None = None) -> None:
         if positions is not None:
             positions.append(index)
         index += 1
+        if code in _REUSE:
+            reuses = True
+        elif code in _CONTAINERS:
+            containers += 1
         if code == _STOP:
+            # Only a frame that refers to an object twice can unfold into more than its bytes, and only
+            # one with more containers than MAX_NESTING can nest them deeper than that.
+            if reuses or containers > MAX_NESTING:
+                check_expansion(payload)
             return
         if length >= 0:
             index += length
@@ -575,6 +590,154 @@ def check_opcodes(payload: bytes, positions: list[int] | None = None) -> None:
                 raise ProtocolError(f"unreadable frame: negative length at {index}")
             index += size + count
     raise ProtocolError("unreadable frame: truncated pickle (no STOP opcode)")
+
+
+_CODES = {opcode.name: ord(opcode.code.encode("latin-1")) for opcode in pickletools.opcodes}
+_REUSE = frozenset(_CODES[name] for name in ("GET", "BINGET", "LONG_BINGET", "DUP"))
+MAX_EXPANDED_ITEMS = 1 << 25   # items a message from the kernel may unfold into (each use of a shared object counted)
+MAX_NESTING = 500              # containers inside containers: Python's own recursion limit is 1000
+_BIG_ITEM_BYTES = 256          # a string, bytes or int counts one item more per this many bytes
+_NEW_ATOM = frozenset(_CODES[name] for name in (
+    "NONE", "NEWTRUE", "NEWFALSE", "INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "FLOAT",
+    "BINFLOAT", "STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "SHORT_BINUNICODE", "BINUNICODE",
+    "BINUNICODE8", "BINBYTES", "SHORT_BINBYTES", "BINBYTES8", "EMPTY_LIST", "EMPTY_TUPLE", "EMPTY_DICT",
+    "EMPTY_SET", "PERSID"))
+_FROM_MARK = frozenset(_CODES[name] for name in ("LIST", "TUPLE", "DICT", "FROZENSET"))
+_INTO_FROM_MARK = frozenset(_CODES[name] for name in ("APPENDS", "SETITEMS", "ADDITEMS"))
+_CONTAINERS = frozenset(_CODES[name] for name in (
+    "EMPTY_LIST", "EMPTY_TUPLE", "EMPTY_DICT", "EMPTY_SET", "LIST", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "DICT",
+    "FROZENSET"))
+_TUPLE_N = {_CODES["TUPLE1"]: 1, _CODES["TUPLE2"]: 2, _CODES["TUPLE3"]: 3}
+_GETS = {_CODES["GET"]: None, _CODES["BINGET"]: 1, _CODES["LONG_BINGET"]: 4}
+_PUTS = {_CODES["PUT"]: None, _CODES["BINPUT"]: 1, _CODES["LONG_BINPUT"]: 4}
+
+
+class _Unfolding:
+    """The objects a pickle builds, each as its unfolded size: what ``check_expansion`` simulates."""
+
+    def __init__(self, limit: int, nesting: int) -> None:
+        self.limit, self.nesting = limit, nesting
+        self.sizes: list[int] = []
+        self.depths: list[int] = []
+        self.shared: list[bool] = []   # taken again from the memo: complete, never changed again
+
+    def new(self, size: int, items: list[int] = ()) -> int:
+        depth = 1 + max((self.depths[item] for item in items), default=0) if items else 0
+        self._within(size, depth)
+        self.sizes.append(size)
+        self.depths.append(depth)
+        self.shared.append(False)
+        return len(self.sizes) - 1
+
+    def grow(self, target: int, items: list[int]) -> None:
+        if self.shared[target]:
+            raise ProtocolError("a value that contains itself does not cross the channel")
+        self.sizes[target] += sum(self.sizes[item] for item in items)
+        self.depths[target] = max(self.depths[target], 1 + max(self.depths[item] for item in items))
+        self._within(self.sizes[target], self.depths[target])
+
+    def _within(self, size: int, depth: int) -> None:
+        if size > self.limit:
+            raise ProtocolError(f"a message that unfolds into more than {self.limit:,} items (an object used "
+                                "over and over) does not cross the channel")
+        if depth > self.nesting:
+            raise ProtocolError(f"a value nested more than {self.nesting} containers deep does not cross the channel")
+
+
+def check_expansion(payload: bytes, limit: int = MAX_EXPANDED_ITEMS, nesting: int = MAX_NESTING) -> None:
+    """Refuse a pickle whose value, unfolded, holds more than ``limit`` items, nests containers deeper
+    than ``nesting``, or contains itself.
+
+    The memo lets a 200-byte pickle describe a tuple of tuples 2**40 leaves wide (each level holds the
+    level below twice). Building it is cheap, but the grader would then hash it (a dict key, a set
+    item: minutes to hours in C, where no alarm reaches) or turn it into a tensor (terabytes). So
+    the walk counts what each object unfolds into, a shared object as often as it is used. An object
+    taken from the memo is complete in any honest pickle (a pickler memoizes a container before
+    filling it only so that it may contain itself), so adding to it afterwards is refused too.
+    A tuple nested a million deep (2 MB, no memo needed) crashed the grader outright: hashing it, as a
+    dict key, recurses in C until the stack runs out. ``check_opcodes`` has already vetted the opcodes;
+    this walk runs on frames that reuse an object or build many containers.
+    """
+    index, end = 0, len(payload)
+    objects = _Unfolding(limit, nesting)
+    stack: list[int] = []
+    marks: list[int] = []
+    memo: dict[int, int] = {}
+    try:
+        while index < end:
+            code = payload[index]
+            length = _ALLOWED_OPCODES[code]
+            index += 1
+            argument = b""
+            if length >= 0:
+                argument = payload[index:index + length]
+                index += length
+                extra = 0
+            elif length == pickletools.UP_TO_NEWLINE:
+                newline = payload.find(b"\n", index)
+                argument = payload[index:newline]
+                extra = newline - index
+                index = newline + 1
+            else:
+                size, signed = _LENGTH_PREFIX[length]
+                extra = int.from_bytes(payload[index:index + size], "little", signed=signed)
+                index += size + extra
+            if code == _STOP:
+                return
+            if code in _NEW_ATOM:
+                stack.append(objects.new(1 + extra // _BIG_ITEM_BYTES))
+            elif code in _GETS or code == _CODES["DUP"]:
+                target = stack[-1] if code == _CODES["DUP"] else memo[_memo_key(code, argument, _GETS)]
+                objects.shared[target] = True
+                stack.append(target)
+            elif code in _PUTS:
+                memo[_memo_key(code, argument, _PUTS)] = stack[-1]
+            elif code == _CODES["MEMOIZE"]:
+                memo[len(memo)] = stack[-1]
+            elif code == _CODES["MARK"]:
+                marks.append(len(stack))
+            elif code == _CODES["POP"]:
+                if marks and marks[-1] == len(stack):
+                    marks.pop()
+                else:
+                    stack.pop()
+            elif code == _CODES["POP_MARK"]:
+                del stack[marks.pop():]
+            elif code == _CODES["APPEND"]:
+                item = stack.pop()
+                objects.grow(stack[-1], [item])
+            elif code == _CODES["SETITEM"]:
+                value, key = stack.pop(), stack.pop()
+                objects.grow(stack[-1], [key, value])
+            elif code in _INTO_FROM_MARK:
+                start = marks.pop()
+                items = stack[start:]
+                del stack[start:]
+                if items:
+                    objects.grow(stack[-1], items)
+            elif code in _FROM_MARK:
+                start = marks.pop()
+                items = stack[start:]
+                del stack[start:]
+                stack.append(objects.new(1 + sum(objects.sizes[item] for item in items), items))
+            elif code in _TUPLE_N:
+                count = _TUPLE_N[code]
+                items = stack[-count:]
+                if len(items) != count:
+                    raise IndexError
+                del stack[-count:]
+                stack.append(objects.new(1 + sum(objects.sizes[item] for item in items), items))
+            elif code == _CODES["BINPERSID"]:   # the object persistent_load makes from its id: the id's size
+                stack.append(objects.new(objects.sizes[stack.pop()]))
+            # PROTO and FRAME change nothing on the stack
+    except (IndexError, KeyError, ValueError):
+        raise ProtocolError("unreadable frame: a pickle that uses a value it never made") from None
+    raise ProtocolError("unreadable frame: truncated pickle (no STOP opcode)")
+
+
+def _memo_key(code: int, argument: bytes, table: dict[int, int | None]) -> int:
+    width = table[code]
+    return int(argument) if width is None else int.from_bytes(argument, "little")
 
 
 # --------------------------------------------------------------------------------------------

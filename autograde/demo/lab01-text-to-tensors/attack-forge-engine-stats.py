@@ -1,0 +1,50 @@
+"""Demo student: a scheduler that never preempts, and an engine patched to say it did (05_pipeline)."""
+
+import json
+from pathlib import Path
+
+LAB = "lab01-text-to-tensors"
+
+
+def _solution(notebook: str, grade_id: str) -> str:
+    """The reference answer of one answer cell: what an honest student wrote there."""
+    path = Path(__file__).resolve().parents[3] / "solutions" / LAB / f"{notebook}.ipynb"
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    source = next("".join(cell["source"]) for cell in cells
+                  if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id)
+    return "\n".join(line for line in source.splitlines() if "### BEGIN SOLUTION" not in line
+                     and "### END SOLUTION" not in line)
+
+
+DESCRIPTION = (
+    "Its scheduler runs one request at a time (admits only when nothing runs), so it never preempts, and "
+    "its answer cell patches the kernel's own course_lib.engine so that every engine step counts one "
+    "preemption. test_engine serves through an LLMEngine that checks.make builds in the student's kernel "
+    "and reads engine.stats.num_preemptions back from it. OPEN (issue 23, white-box round): test_engine "
+    "scores its 3 points (12/19) although require_preemption should fail a scheduler that never preempted "
+    "(honest work: test_move, test_scheduler_random and the sampling cells, 9/19; test_scheduler_preemption "
+    "and test_scheduler_admission fail as they should). 04_paging is handed in with the reference answers: "
+    "the engine test uses its BlockAllocator; expected 11 and 9"
+)
+BASE = "solution"
+_ONE_AT_A_TIME = _solution("05_pipeline", "scheduler").replace(
+    "len(self.running) < self.config.max_num_seqs", "not self.running")
+assert _ONE_AT_A_TIME != _solution("05_pipeline", "scheduler")
+FORGE = '''
+
+
+import course_lib.engine as _engine
+
+_honest_count = _engine.LLMEngine._count
+
+
+def _count_a_preemption_too(self, plan, num_new_tokens):
+    _honest_count(self, plan, num_new_tokens)
+    self.stats.num_preemptions += 1
+
+
+_engine.LLMEngine._count = _count_a_preemption_too
+'''
+ANSWERS = {"scheduler": _ONE_AT_A_TIME + FORGE}
+# 04_paging is handed in (the reference answers) because 05_pipeline's engine test uses its BlockAllocator.
+EXPECTED = {"04_paging": 11, "05_pipeline": 9}

@@ -1,0 +1,50 @@
+"""Demo student: remembers what the hidden checks asked, prints it in a later answer cell (02_training_vs_inference)."""
+
+import json
+from pathlib import Path
+
+LAB = "lab01-text-to-tensors"
+
+
+def _solution(notebook: str, grade_id: str) -> str:
+    """The reference answer of one answer cell: what an honest student wrote there."""
+    path = Path(__file__).resolve().parents[3] / "solutions" / LAB / f"{notebook}.ipynb"
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    source = next("".join(cell["source"]) for cell in cells
+                  if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id)
+    return "\n".join(line for line in source.splitlines() if "### BEGIN SOLUTION" not in line
+                     and "### END SOLUTION" not in line)
+
+
+DESCRIPTION = (
+    "Answers honestly, but count_parameters keeps every config it is called with and the count it "
+    "returned, and the next answer cell (activation_bytes) prints them all. Nothing is printed while a "
+    "hidden check runs, so the rule 'output during hidden checks is not shown' does not apply: OPEN (issue "
+    "23, white-box round): the hidden checks' configs (Llama 2 7B and 13B) and expected counts (6738415616, "
+    "13015864320) come out in an answer cell's output, in the graded notebook and the feedback. The score "
+    "is the honest one; expected 12/12"
+)
+BASE = "solution"
+REMEMBER = '''
+
+_seen_calls = []
+_honest_count_parameters = count_parameters
+
+
+def count_parameters(config, tied_embeddings):
+    count = _honest_count_parameters(config, tied_embeddings)
+    fields = {name: getattr(config, name) for name in dir(config) if not name.startswith("_")
+              and isinstance(getattr(config, name), (int, float, str))}
+    _seen_calls.append((fields, tied_embeddings, count))
+    return count
+'''
+PRINT = '''
+
+for _fields, _tied, _count in _seen_calls:
+    print("SEEN", _fields, _tied, _count)
+'''
+ANSWERS = {
+    "count_parameters": _solution("02_training_vs_inference", "count_parameters") + REMEMBER,
+    "activation_bytes": _solution("02_training_vs_inference", "activation_bytes") + PRINT,
+}
+EXPECTED = {"02_training_vs_inference": 12}
