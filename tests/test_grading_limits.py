@@ -199,7 +199,7 @@ def test_hidden_checks_show_neither_what_the_student_printed_nor_its_errors(kern
 def test_an_assertion_error_the_student_raises_in_a_hidden_check_keeps_its_message_back(kernel):
     """The test code's own assert keeps its message; an AssertionError from the student's code is the
     student's message (here the hidden input), so in a hidden check it is withheld like any other error."""
-    from course_lib.grading.testcells import run_test_cell
+    from autograde.testcells import run_test_cell
 
     run(kernel, "def judge(x):\n    if x != 'visible':\n        raise AssertionError('leaked ' + x)\n    return x")
     hidden = "assert judge('visible') == 'visible'\n### BEGIN HIDDEN TESTS\njudge('SECRET-INPUT-3')\n### END HIDDEN TESTS\n"
