@@ -635,7 +635,9 @@ def check_engine_matches_reference(allocator_cls: type, scheduler_cls: type, que
 
     Compares the generated token ids with the reference engine's, token for token, and checks that
     every block is back in the pool at the end (and, with ``require_preemption``, that the small pool
-    made the scheduler preempt).
+    made the scheduler preempt). A graded notebook leaves ``require_preemption`` off: the engine runs
+    where the student's code runs, so its statistics can be patched; the points for preempting come
+    from the scheduler checks, where the grader holds the allocator.
     """
     from course_lib.sampling import SamplingParams
 

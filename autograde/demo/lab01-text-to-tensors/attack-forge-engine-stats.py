@@ -19,12 +19,12 @@ def _solution(notebook: str, grade_id: str) -> str:
 DESCRIPTION = (
     "Its scheduler runs one request at a time (admits only when nothing runs), so it never preempts, and "
     "its answer cell patches the kernel's own course_lib.engine so that every engine step counts one "
-    "preemption. test_engine serves through an LLMEngine that checks.make builds in the student's kernel "
-    "and reads engine.stats.num_preemptions back from it. OPEN (issue 23, white-box round): test_engine "
-    "scores its 3 points (12/19) although require_preemption should fail a scheduler that never preempted "
-    "(honest work: test_move, test_scheduler_random and the sampling cells, 9/19; test_scheduler_preemption "
-    "and test_scheduler_admission fail as they should). 04_paging is handed in with the reference answers: "
-    "the engine test uses its BlockAllocator; expected 11 and 9"
+    "preemption. test_engine serves through an LLMEngine built in the student's kernel, so no grade rests "
+    "on the engine's statistics any more (found in the white-box round of issue 23: the forged count used "
+    "to pass require_preemption): the forgery gains nothing. A one-at-a-time scheduler serves the right "
+    "tokens, so it keeps test_engine honestly (3 points) and loses test_scheduler_admission and "
+    "test_scheduler_preemption, where the grader holds the allocator: 12/19. 04_paging is handed in with "
+    "the reference answers: the engine test uses its BlockAllocator; expected 11 and 12"
 )
 BASE = "solution"
 _ONE_AT_A_TIME = _solution("05_pipeline", "scheduler").replace(
@@ -47,4 +47,4 @@ _engine.LLMEngine._count = _count_a_preemption_too
 '''
 ANSWERS = {"scheduler": _ONE_AT_A_TIME + FORGE}
 # 04_paging is handed in (the reference answers) because 05_pipeline's engine test uses its BlockAllocator.
-EXPECTED = {"04_paging": 11, "05_pipeline": 9}
+EXPECTED = {"04_paging": 11, "05_pipeline": 12}
