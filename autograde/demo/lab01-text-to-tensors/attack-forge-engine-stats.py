@@ -24,7 +24,7 @@ DESCRIPTION = (
     "to pass require_preemption): the forgery gains nothing. A one-at-a-time scheduler serves the right "
     "tokens, so it keeps test_engine honestly (3 points) and loses test_scheduler_admission and "
     "test_scheduler_preemption, where the grader holds the allocator: 12/19. 04_paging is handed in with "
-    "the reference answers: the engine test uses its BlockAllocator; expected 11 and 12"
+    "the reference answers: the engine test uses its BlockAllocator: full marks there; expected 12/19"
 )
 BASE = "solution"
 _ONE_AT_A_TIME = _solution("05_pipeline", "scheduler").replace(
