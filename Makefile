@@ -35,10 +35,10 @@ demo-all: setup
 # (tests/test_term.py). make test-full adds every chapter of every lab through the term; make
 # demo-all grades every demo student against its spec. Both take an hour or more on 2 cores.
 test: setup
-	OMP_NUM_THREADS=1 $(PYTHON) -m pytest -n 2 --dist loadfile
+	OMP_NUM_THREADS=1 $(PYTHON) -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 test-full: setup
-	OMP_NUM_THREADS=1 $(PYTHON) -m pytest -n 2 --dist loadfile -m ''
+	OMP_NUM_THREADS=1 $(PYTHON) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m ''
 
 setup: $(STAMP)
 

@@ -35,3 +35,9 @@ records the reference side of every visible check for the kit (``course release`
 the solution notebooks; ``authoring`` writes nbgrader source notebooks from Python; ``demos`` the
 demo class (``demo/`` holds the demo students' specs, ``demo_submissions/`` their notebooks).
 """
+
+import sys
+
+# Every grading process reads notebooks: keep jsonschema from compiling its IRI grammar (2.6 s a
+# process; no notebook schema uses the format). See course_lib/handin/__init__.py.
+sys.modules.setdefault("rfc3987_syntax", None)

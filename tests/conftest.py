@@ -11,6 +11,22 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+# The files that take minutes, in the order the two CI workers should start them. `make test` runs
+# `-n 2 --dist loadfile --no-loadscope-reorder`: each worker takes whole files in collection order
+# and starts with two, so the first worker runs the term (a quarter of the suite's time, in one
+# module fixture) and the third file here while the second works through everything else. Left to
+# xdist's default (the files with the most tests first) the term started last and ran alone at the end.
+LONGEST_FIRST = ("test_term.py", "test_class_grading.py", "test_engine.py", "test_course_pipeline.py",
+                 "test_grading_rules.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item) -> int:
+        name = item.path.name
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)   # stable: each file keeps its own order, and the other files theirs
+
 
 @pytest.fixture(scope="session")
 def gguf_file():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from autograde.demos import DemoStudent
 from autograde.report import score_table
@@ -80,3 +81,38 @@ def test_a_new_worker_removes_the_folders_of_killed_workers_only(tmp_path):
     assert _remove_folders_of_dead_workers(tmp_path) == [dead]
     assert not dead.exists(), "a killed worker's folder (the lab's hidden tests) must not stay on the machine"
     assert alive.is_dir() and other.is_dir(), "a running worker's folder and unrelated folders stay"
+
+
+def _fresh_python(code: str) -> str:
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    assert run.returncode == 0, run.stderr
+    return run.stdout.strip()
+
+
+def test_asking_for_a_gpu_imports_torch_only_where_a_gpu_driver_is():
+    """The grader, its workers and course check ask; without a driver the answer needs no torch."""
+    import glob
+
+    from course_lib.handin.notebooks import _GPU_DRIVER_FILES
+
+    driver = any(glob.glob(pattern) for pattern in _GPU_DRIVER_FILES)
+    said = _fresh_python("import sys\nfrom course_lib.handin.notebooks import gpu_available\n"
+                         "print(gpu_available(), 'torch' in sys.modules)")
+    if driver:
+        import torch
+
+        assert said == f"{torch.cuda.is_available()} True"
+    else:
+        assert said == "False False", said
+
+
+def test_reading_notebooks_does_not_build_the_iri_grammar():
+    """jsonschema's optional IRI grammar (seconds per process) stays out of every grading process."""
+    said = _fresh_python("import sys, autograde.grade_lab, course_lib.handin.check, nbformat\n"
+                         "nbformat.validate(nbformat.v4.new_notebook())\n"
+                         "print(sys.modules.get('rfc3987_syntax'))")
+    assert said == "None"

@@ -266,7 +266,11 @@ def test_the_engine_view_shows_queues_and_blocks_change_under_load(served, open_
     page.get_by_text("Connected").wait_for()
     panel = page.locator(".panel").first
     panel.locator("canvas").first.wait_for()
-    loadtest = _course("loadtest", served, "--rps", "12", "--duration", "2", "--max-tokens", "96",
+    # 19 requests over 2 s (the view must change while they run), each 200 tokens (13 of the pool's 24
+    # blocks): a request lasts 200 steps while a new one arrives every ~80 ms, so three or four are in
+    # flight at staggered lengths, and together they outgrow the pool's 384 token slots long before the
+    # run ends. (With 96 tokens the run preempted only when four requests happened to run in step.)
+    loadtest = _course("loadtest", served, "--rps", "12", "--duration", "2", "--max-tokens", "200",
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # What is drawn (the step number in the panel's heading, the rows of the running table), not only
     # what arrived: the view draws once per animation frame.
@@ -289,7 +293,7 @@ def test_the_engine_view_shows_queues_and_blocks_change_under_load(served, open_
     assert not log.page_errors, log.page_errors
     assert shots[0] != shots[1] and pool_shots[0] != pool_shots[1], "the view did not change while the engine ran"
     # Over the run the view showed a full batch, a queue and blocks in use, and (the pool holds 24
-    # blocks; four requests of 100+ tokens need 28) at least one preemption, listed as it happened.
+    # blocks; three requests of 200 tokens in flight need more) at least one preemption, listed as it happened.
     page.wait_for_function("() => Number(document.querySelector('.panel').dataset.running) === 0", timeout=60_000)
     data = panel.evaluate("p => ({...p.dataset})")
     assert int(data["maxRunning"]) >= 2 and int(data["maxWaiting"]) >= 1 and int(data["maxUsed"]) >= 8, data

@@ -15,7 +15,15 @@
 grader uses. (``course grade`` unpacks the zips of ``course submit --zip`` with ``autograde.unpack``.)
 """
 
-from course_lib.handin.check import CheckReport, check_notebook
-from course_lib.handin.manifest import load_manifest, release_manifest, write_manifest
+import sys
+
+# nbformat validates with jsonschema, which compiles a Lark grammar for its "iri" format whenever the
+# optional rfc3987_syntax package is installed: 2.6 s in every process that reads a notebook (course
+# check, course submit, each grading job). No notebook schema uses that format, so a None entry makes
+# jsonschema's optional import fail at once. (autograde/__init__.py does the same for the grader.)
+sys.modules.setdefault("rfc3987_syntax", None)
+
+from course_lib.handin.check import CheckReport, check_notebook  # noqa: E402
+from course_lib.handin.manifest import load_manifest, release_manifest, write_manifest  # noqa: E402
 
 __all__ = ["CheckReport", "check_notebook", "load_manifest", "release_manifest", "write_manifest"]

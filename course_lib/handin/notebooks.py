@@ -6,8 +6,10 @@ which imports it from here: a kit has no ``autograde``.
 
 from __future__ import annotations
 
+import glob
 import json
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +21,18 @@ LAB_NAME = re.compile(r"^lab\d\d[a-z0-9-]*$")
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}$")
 
 
+# Where a GPU driver shows itself: NVIDIA's driver and device files, ROCm's kernel driver, WSL2's GPU.
+_GPU_DRIVER_FILES = ("/proc/driver/nvidia", "/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg")
+
+
 def gpu_available() -> bool:
+    """Whether torch can use a CUDA (or ROCm) GPU here.
+
+    Importing torch takes seconds, and the grader, its workers and ``course check`` ask this in
+    processes that otherwise never import it; on a machine without any GPU driver the answer is
+    no without asking torch (which would say the same)."""
+    if "torch" not in sys.modules and not any(glob.glob(pattern) for pattern in _GPU_DRIVER_FILES):
+        return False
     try:
         import torch
 
