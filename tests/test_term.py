@@ -5,10 +5,10 @@ For each lab, as an instructor and a class would:
 1. **the kit** (``course kit``) is built with the labs it builds on unlocked (as after their
    deadlines): it must build, hold the release and nothing of the instructor's, and every
    reference of a locked lab must be a stub in it (the build's own leak scan has run too);
-2. **scripted students** work in the kit on one chapter: ``correct`` pastes the reference answers,
-   ``blank`` hands in the release, and (in ``make test-full``) one ``buggy-*`` demo student of that
-   chapter answers one exercise the wrong way. An earlier chapter the chapter imports answers from (``answers_from``) is
-   filled in and handed in the same way. Each runs ``course check --json`` and ``course submit
+2. **scripted students** work in the kit on one chapter, two at a time: ``correct`` pastes the
+   reference answers, one ``buggy-*`` demo student of that chapter answers one exercise the wrong
+   way, ``blank`` hands in the release. An earlier chapter the chapter imports answers from
+   (``answers_from``) is filled in and handed in the same way. Each runs ``course check --json`` and ``course submit
    --zip`` with the kit's own edition of ``course_lib``, as a student's machine would;
 3. **the instructor** grades every zip of the class (each chapter's students are students of
    their own, ``correct.lab01.02``) in one ``course grade`` run (the isolated grader, two workers)
@@ -22,11 +22,8 @@ of each visible test cell agrees with the grader (a visible failure scores 0 whe
 visible pass loses points only to hidden tests); the scores are the demo specs' (``correct`` full
 marks, ``blank`` 0, the buggy student its ``EXPECTED``); and the Canvas file carries them.
 
-CI runs every lab's kit build and one chapter per lab (``CI_CHAPTERS``: chosen for their run time)
-with its correct and blank students; the other chapters are marked ``full`` and run with ``make
-test-full``, where every chapter has its buggy student too. (In CI the buggy students of those
-chapters are graded against their specs by ``make demo``, not by the tests: the term is the suite's
-longest fixture, and the buggy students were a third of it.)
+CI runs every lab's kit build and one chapter per lab (``CI_CHAPTERS``: chosen for their run time);
+the other chapters are marked ``full`` and run with ``make test-full``.
 """
 
 from __future__ import annotations
@@ -173,10 +170,8 @@ def _buggy_student(lab: str, chapter: str) -> DemoStudent:
     return students[0]
 
 
-def _students(lab: str, chapter: str, *, buggy: bool) -> list[DemoStudent]:
-    """correct and blank; with ``buggy`` (make test-full) also the chapter's first buggy demo student."""
-    return [DemoStudent("correct", "the reference answers pasted in", "solution"),
-            *([_buggy_student(lab, chapter)] if buggy else []),
+def _students(lab: str, chapter: str) -> list[DemoStudent]:
+    return [DemoStudent("correct", "the reference answers pasted in", "solution"), _buggy_student(lab, chapter),
             DemoStudent("blank", "the release as handed out", "release")]
 
 
@@ -214,9 +209,8 @@ def _student_id(student: DemoStudent, lab: str, chapter: str) -> str:
 class Term:
     """One class through the term: every selected chapter's students, one ``course grade``, one export."""
 
-    def __init__(self, folder: Path, *, buggy: bool) -> None:
+    def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.buggy = buggy   # a buggy demo student per chapter too (make test-full)
         self.zips = folder / "collected"
         self.chapters: dict[tuple[str, str], dict] = {}   # (lab, chapter) -> what its students saw
         self.failed: dict[tuple[str, str], str] = {}      # (lab, chapter) -> why its students could not work
@@ -225,7 +219,7 @@ class Term:
         """The chapter's students work in the kit: course check, then course submit --zip. Two students
         work at a time (each a subprocess of its own), as two would on their own laptops."""
         chapters = [chapter, *_imported_chapters(kit / "labs" / lab, chapter)]
-        students = _students(lab, chapter, buggy=self.buggy)
+        students = _students(lab, chapter)
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             done = list(pool.map(lambda student: self._work(lab, chapter, chapters, kit, student), students))
         self.chapters[(lab, chapter)] = {"chapters": chapters, "students": students,
@@ -264,10 +258,7 @@ def term(request, tmp_path_factory) -> Term:
     """The selected chapters of this run (CI: one per lab), handed out, handed in and graded as one class."""
     selected = [item.callspec.params["chapter"] for item in request.session.items
                 if item.module is request.module and item.originalname == TERM_TEST]
-    # In make test-full (any chapter marked full selected) each chapter has a buggy student too.
-    full = any(item.get_closest_marker("full") for item in request.session.items
-               if item.module is request.module and item.originalname == TERM_TEST)
-    term = Term(tmp_path_factory.mktemp("term"), buggy=full)
+    term = Term(tmp_path_factory.mktemp("term"))
     for lab, chapter in selected:
         try:
             term.hand_out(lab, chapter, _kit(lab, tmp_path_factory))
