@@ -8,8 +8,9 @@ For each lab, as an instructor and a class would:
 2. **scripted students** work in the kit on one chapter, two at a time: ``correct`` pastes the
    reference answers, one ``buggy-*`` demo student of that chapter answers one exercise the wrong
    way, ``blank`` hands in the release. An earlier chapter the chapter imports answers from
-   (``answers_from``) is filled in and handed in the same way. Each runs ``course check --json`` and ``course submit
-   --zip`` with the kit's own edition of ``course_lib``, as a student's machine would;
+   (``answers_from``) is filled in and handed in the same way. Each runs ``course check --json``
+   and ``course submit --zip`` with the kit's own edition of ``course_lib``, as a student's machine
+   would;
 3. **the instructor** grades every zip of the class (each chapter's students are students of
    their own, ``correct.lab01.02``) in one ``course grade`` run (the isolated grader, two workers)
    and writes the gradebook with ``course export --format canvas``: one column per lab.
