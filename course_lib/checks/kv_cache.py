@@ -204,7 +204,9 @@ def check_matches_real_allocations(student_fn: Callable, seq_len: int, dtype: to
                  hint="KVCache keeps, per layer, a key and a value tensor [max_seq_len, num_kv_heads, head_dim].")
     paged = PagedKVCache(model_config, num_blocks, block_size, dtype=dtype)
     got_block = call_student(student_fn, "kv_cache_bytes", config, block_size, 1, dtype, copy_args=False)
-    expect_equal(got_block, PagedKVCache.bytes_per_block(model_config, block_size, dtype),
+    # One block's share of the pool as allocated (PagedKVCache.bytes_per_block is a Lab 0.1 answer,
+    # a stub in that lab's kit, where this check runs too).
+    expect_equal(got_block, paged.nbytes // num_blocks,
                  f"kv_cache_bytes(SmolLM2, seq_len={block_size}, 1, {dtype}) vs the bytes of one paged block "
                  f"of {block_size} tokens")
     got_pool = call_student(student_fn, "kv_cache_bytes", config, block_size, num_blocks, dtype, copy_args=False)
