@@ -18,7 +18,9 @@ kernel stopped at a limit says which in the cell where it happened ("memory limi
 reached"), an error raised in the student's code by a limit (a failed allocation, a full disk, a
 refused fork) gets the same sentence in front of its message, and once the notebook's wall-time
 limit has passed, the cells left are not run. Every cell's outputs are bounded again here, whatever
-the kernel sent (``bounded.bound_outputs``). The settings come from the environment the grader
+the kernel sent (``bounded.bound_outputs``). Once the notebook's first hidden check has started, the
+cells after it show only what the grader knows (``withhold``): the answer may have kept the hidden
+inputs to print, raise or return later. The settings come from the environment the grader
 gives the nbgrader process (``GradingSettings``).
 """
 
@@ -39,6 +41,7 @@ from nbgrader.utils import is_grade
 from traitlets import Integer
 
 from autograde.testcells import run_test_cell
+from autograde.withhold import HiddenChecks, withhold_cell_outputs
 from course_lib.runner.bounded import bound_outputs, output_size
 from course_lib.runner.limits import KernelLimits, format_bytes
 from course_lib.runner.student import KernelDied, StudentKernel
@@ -186,6 +189,7 @@ class IsolatedExecute(NbGraderPreprocessor):
     def _run_cells(self, nb, kernel: StudentKernel, source_cells: dict[str, dict], gpu: bool,
                    limits: KernelLimits) -> None:
         namespace: dict = {}
+        hidden_checks = HiddenChecks()
         died_in: int | None = None
         died_why = ""
         count = 0
@@ -208,7 +212,8 @@ class IsolatedExecute(NbGraderPreprocessor):
             count += 1
             started = _now()
             try:
-                outputs = self._run_cell(cell, kernel, source_cells, namespace, gpu, index, min(self.timeout, left))
+                outputs = self._run_cell(cell, kernel, source_cells, namespace, gpu, index, min(self.timeout, left),
+                                         hidden_checks)
             except KernelDied as error:
                 outputs = [_error(KERNEL_DIED, str(error))]
             peak = kernel.watchdog.peak.processes if kernel.watchdog is not None else 0
@@ -238,15 +243,20 @@ class IsolatedExecute(NbGraderPreprocessor):
             cell.execution_count = count
 
     def _run_cell(self, cell, kernel: StudentKernel, source_cells: dict[str, dict], namespace: dict, gpu: bool,
-                  index: int, timeout: float) -> list[dict]:
+                  index: int, timeout: float, hidden_checks: HiddenChecks) -> list[dict]:
         if is_grade(cell):
             grade_id = cell.metadata["nbgrader"]["grade_id"]
             source_cell = source_cells.get(grade_id, cell)
             if cell_needs_gpu(source_cell) and not gpu:
                 return [_error(NEEDS_GPU, "skipped: needs a GPU (this machine has none; not counted in max_score)")]
             return run_test_cell(cell.source, kernel, namespace, timeout=timeout,
-                                 label=f"<test cell {grade_id}>", limits=kernel.limits)
-        return kernel.run_cell(cell.source, timeout)["outputs"]
+                                 label=f"<test cell {grade_id}>", limits=kernel.limits, hidden_checks=hidden_checks)
+        outputs = kernel.run_cell(cell.source, timeout)["outputs"]
+        if not hidden_checks.started:
+            return outputs
+        peak = kernel.watchdog.peak.processes if kernel.watchdog is not None else 0
+        outputs = [name_the_limit(output, kernel.limits, peak) for output in outputs]
+        return withhold_cell_outputs(outputs, kernel.limits, timed_out=kernel.timed_out, timeout=timeout)
 
     @staticmethod
     def _mark_not_run(cells, reason: str) -> None:

@@ -15,17 +15,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
 MARKER = "COURSE-NBGRADER-JOB "
 
 
+# The last line of a traceback in nbgrader's log: "AttributeError: ...", "nbformat.NotJSONError: ..."
+_EXCEPTION_LINE = re.compile(r"^\s*[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b(:.*)?$")
+
+
 def _summary(outcome: dict) -> dict:
     log = outcome.get("log") or ""
     errors = [line for line in log.splitlines() if "ERROR" in line][-5:]
+    raised = [line.strip()[:300] for line in log.splitlines() if _EXCEPTION_LINE.match(line)][-1:]
     return {"success": bool(outcome.get("success")) and "There was an error processing" not in log,
-            "error": (outcome.get("error") or "").strip().splitlines()[-1:] + errors}
+            "error": (outcome.get("error") or "").strip().splitlines()[-1:] + raised + errors}
 
 
 def main(argv: list[str] | None = None) -> int:

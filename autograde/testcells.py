@@ -17,6 +17,8 @@ output (one line says that output during hidden checks is not shown), a failing 
 repeat the student's result or the message of the student's exception
 (``checks.hidden_check``), and an error raised there keeps neither its message nor its traceback
 when the student's code made it: what the student's code could put in them is what it was given.
+Once a notebook's first hidden region has started, the rest of that cell and of the notebook shows
+only what the grader knows (``withhold``): the answer may have kept the hidden inputs to print later.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import warnings
 from typing import Any
 
 from autograde.preprocessors import HIDDEN_BEGIN, HIDDEN_END
+from autograde.withhold import WITHHELD_NOTE, HiddenChecks, withhold_error
 from course_lib.checks import _HIDDEN_CHECK, _PLATFORM_BUILDER, _SHARER, _URL_SHARER
 from course_lib.runner.bounded import HIDDEN_OUTPUT_NOTE, TextKeeper
 from course_lib.runner.channel import _BUILTIN_ERRORS, ChannelClosed, ProtocolError, StudentError
@@ -105,25 +108,27 @@ class _Output(io.TextIOBase):
 
     It stands in for sys.stdout and sys.stderr, so it answers what libraries ask a stream (uvicorn's
     logging asks ``isatty()``; a check's server may log from another thread). It keeps the head and
-    tail of what is written (``limit`` bytes), and while hidden tests run it keeps nothing but one
-    line saying that output during hidden checks is not shown.
+    tail of what is written (``limit`` bytes). While hidden tests run it keeps nothing but one line
+    saying that output during hidden checks is not shown, and once they have started (``withheld``)
+    one line saying that later output is not shown either.
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, *, withheld: bool = False) -> None:
         super().__init__()
         self._lock = threading.Lock()
         self._keeper = TextKeeper(limit)
         self.hidden = False
-        self._noted = False
+        self.withheld = withheld
+        self._noted: set[str] = set()
 
     def write(self, text: str) -> int:
         with self._lock:
-            if self.hidden:
-                if text and not self._noted:
-                    self._noted = True
-                    self._keeper.write(HIDDEN_OUTPUT_NOTE)
-                return len(text) if isinstance(text, str) else 0
-            self._keeper.write(text)
+            note = HIDDEN_OUTPUT_NOTE if self.hidden else WITHHELD_NOTE if self.withheld else None
+            if note is None:
+                self._keeper.write(text)
+            elif text and note not in self._noted:
+                self._noted.add(note)
+                self._keeper.write(note)
             return len(text) if isinstance(text, str) else 0
 
     def writable(self) -> bool:
@@ -212,6 +217,13 @@ def _error_output(error: BaseException, kernel: StudentKernel, timeout: float, *
     return {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": traceback_lines}
 
 
+def _grader_made(error: BaseException, kernel: StudentKernel) -> bool:
+    """Whether the grader, not the student's code, wrote ``error``'s words (a timeout, a dead kernel)."""
+    if isinstance(error, StudentError):
+        return error.ename == "KeyboardInterrupt" and kernel.timed_out   # the grader's interrupt
+    return isinstance(error, (CellTimeout, KernelDied, ChannelClosed, ProtocolError))
+
+
 def _student_traceback(error: BaseException) -> str:
     """The traceback of the student's code behind ``error`` (the first cause that came from the kernel)."""
     seen = set()
@@ -226,14 +238,18 @@ def _student_traceback(error: BaseException) -> str:
 
 
 def run_test_cell(source: str, kernel: StudentKernel, namespace: dict[str, Any], *, timeout: float,
-                  label: str = "test cell", limits: KernelLimits | None = None) -> list[dict]:
+                  label: str = "test cell", limits: KernelLimits | None = None,
+                  hidden_checks: HiddenChecks | None = None) -> list[dict]:
     """Run a test cell's code here against ``kernel``; returns the cell's nbformat outputs.
 
     ``namespace`` is shared by the notebook's test cells (a name one test cell defines is visible
     to the next, as in a kernel); names it lacks are looked up in the student's kernel.
+    ``hidden_checks`` is the notebook's: once a hidden region has started, in this cell or an
+    earlier one, the cell's later output and its error are withheld (``withhold``).
     """
     limits = limits or kernel.limits
-    output = _Output(limits.stream)
+    hidden_checks = hidden_checks or HiddenChecks()
+    output = _Output(limits.stream, withheld=hidden_checks.started)
     marked, _ = mark_hidden_regions(strip_magics(source))
     try:
         tree = ast.parse(marked, filename=label)
@@ -247,6 +263,8 @@ def run_test_cell(source: str, kernel: StudentKernel, namespace: dict[str, Any],
 
     def switch_hidden(on: bool) -> None:
         output.hidden = bool(on)
+        if on:
+            hidden_checks.started = output.withheld = True
         if hidden_token[0] is not None:
             _HIDDEN_CHECK.reset(hidden_token[0])
             hidden_token[0] = None
@@ -275,7 +293,10 @@ def run_test_cell(source: str, kernel: StudentKernel, namespace: dict[str, Any],
     except BaseException as error:  # noqa: BLE001 - every failure of the cell becomes its error output
         if isinstance(error, (KeyboardInterrupt, SystemExit)) and not isinstance(error, CellTimeout):
             raise
-        outputs.append(_error_output(error, kernel, timeout, hidden=output.hidden))
+        shown = _error_output(error, kernel, timeout, hidden=output.hidden)
+        if output.withheld and not output.hidden:
+            shown = withhold_error(shown, limits, trusted=_grader_made(error, kernel))
+        outputs.append(shown)
     finally:
         switch_hidden(False)
         namespace.pop(HIDDEN_SWITCH, None)

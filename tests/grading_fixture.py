@@ -261,6 +261,21 @@ def add_one(x):
         raise AssertionError(f"LEAKED-ARGUMENT-{x}")
     return x + 1
 """
+REMEMBER_HIDDEN = """
+_seen = []
+def add_one(x):
+    _seen.append(x)
+    return x + 1
+"""
+LEAK_LATER = """
+print("LEAKED-LATER-PRINT", _seen)
+from IPython.display import display
+display({"text/plain": f"LEAKED-LATER-DISPLAY {_seen}"}, raw=True)
+class Leak(Exception):
+    pass
+def double(x):
+    raise Leak(f"LEAKED-LATER-RAISE {_seen}")
+"""
 STALL_PADDING = "def double(x):\n    return 2 * x\n" + ("# " + "p" * 100 + "\n") * 13_000
 # The limits of the grading run: small, so that each attack is cheap to stop.
 LIMITS = "memory=1GB,processes=128,disk=128MB,file=64MB"
@@ -283,6 +298,7 @@ ATTACKS = {
     "attack-hash-bomb": dict(answers={"double": HASH_BOMB}),
     "attack-deep-key": dict(answers={"double": DEEP_KEY}),
     "attack-assert-hidden": dict(answers={"add_one": ASSERT_HIDDEN}),
+    "attack-print-hidden-later": dict(answers={"add_one": REMEMBER_HIDDEN, "double": LEAK_LATER}),
 }
 STUDENTS.update(ATTACKS)
 
@@ -315,6 +331,7 @@ EXPECTED_CPU = {
     "attack-hash-bomb": (5, 8),      # its reply unfolds into 2**40 items: refused, not hashed for hours
     "attack-deep-key": (5, 8),       # its hand-made reply nests 2 million deep: refused, the grader does not crash
     "attack-assert-hidden": (6, 8),  # the hidden check of add_one fails (its AssertionError's message is not shown)
+    "attack-print-hidden-later": (5, 8),   # double raises (with the hidden input in its message): test_double lost
 }
 FORGED_TIMESTAMP = "2001-01-01 00:00:00.000000 UTC\n<script>alert('gradebook')</script>\n"
 

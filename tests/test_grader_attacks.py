@@ -31,6 +31,7 @@ SUBMISSIONS = ROOT / "autograde" / "demo_submissions"
 GRADER_ATTACKS = {
     "lab01-text-to-tensors": ["attack-borrow-platform-helpers", "attack-tokenizer-guard", "attack-stall",
                               "attack-output-flood", "attack-print-hidden-inputs", "attack-feedback-script",
+                              "attack-print-hidden-inputs-later",
                               "attack-module-by-name", "attack-memory-hog", "attack-disk-filler",
                               "attack-process-storm", "attack-forged-timestamp", "attack-hash-bomb"],
     "lab02-prefill-vs-decode": ["attack-lent-model-overload"],
@@ -104,25 +105,20 @@ def test_every_attack_scores_its_spec_and_the_correct_student_full_marks(graded)
                     assert notebook["score"] == notebook["max_score"], (entry["lab"], notebook["name"])
 
 
-def test_no_hidden_input_reaches_a_feedback_page_or_the_outputs_of_a_graded_notebook(graded):
-    """What the attacker's test cells show: its prints during the visible checks, never during the hidden ones.
-
-    (Its ordinary cells print too, and may print the same numbers, worked out by the notebook's own
-    examples: those are no secret, so only the test cells' outputs are searched.)
-    """
+@pytest.mark.parametrize("student", ["attack-print-hidden-inputs", "attack-print-hidden-inputs-later"])
+def test_no_hidden_input_reaches_a_feedback_page_or_the_outputs_of_a_graded_notebook(graded, student):
+    """One attacker prints its arguments while the checks run; the other keeps them and prints them in
+    the next answer cell. Neither output, nor any other cell's, holds a hidden test's input."""
     root = graded[0]
     lab = "lab01-text-to-tensors"
     secrets = hidden_inputs(lab, "02_training_vs_inference")
     assert secrets, "the hidden tests have inputs to look for"
-    page = (root / "out" / "feedback" / "attack-print-hidden-inputs" / lab / "02_training_vs_inference.html").read_text()
-    notebook = json.loads((root / "out" / "autograded" / "attack-print-hidden-inputs" / lab /
-                           "02_training_vs_inference.ipynb").read_text())
-    tests = json.dumps([cell.get("outputs", []) for cell in notebook["cells"]
-                        if cell.get("metadata", {}).get("nbgrader", {}).get("grade")])
-    assert "ARGS-count_parameters" in tests, "the visible checks' calls still print"
-    assert "output printed by your code during hidden checks is not shown" in page
+    page = (root / "out" / "feedback" / student / lab / "02_training_vs_inference.html").read_text()
+    notebook = json.loads((root / "out" / "autograded" / student / lab / "02_training_vs_inference.ipynb").read_text())
+    outputs = json.dumps([cell.get("outputs", []) for cell in notebook["cells"]])
+    assert "hidden checks have called your code earlier in this notebook" in page
     for secret in secrets:
-        assert secret not in tests, f"hidden input {secret!r} leaked into a test cell's output"
+        assert secret not in outputs, f"hidden input {secret!r} leaked into a cell's output"
 
 
 def test_feedback_pages_are_safe_and_small(graded):

@@ -310,6 +310,26 @@ def test_an_assertion_error_the_student_raises_in_a_hidden_check_keeps_its_messa
     assert "during a hidden check" in feedback_page(root, "attack-assert-hidden")
 
 
+def test_what_an_answer_kept_from_a_hidden_check_is_not_shown_in_a_later_cell(graded):
+    """add_one keeps every argument (1 from the visible check, then the hidden 41); the next answer cell
+    prints, displays and raises them. From the first hidden check on, the notebook shows only what the
+    grader knows: that double raised, in the grader's words, and a note where output was withheld."""
+    root, _, report = graded
+    student = "attack-print-hidden-later"
+    entry = by_student(report)[student]
+    assert cell(entry, "ch1", "test_add_one")["points"] == 2       # honest answer, honest points
+    assert cell(entry, "ch1", "test_double") == {**cell(entry, "ch1", "test_double"), "points": 0, "status": "error"}
+    page = feedback_page(root, student)
+    graded_notebook = (root / "out" / "autograded" / student / LAB / "ch1.ipynb").read_text()
+    for text in (page, graded_notebook, (root / "out" / "report.json").read_text(),
+                 (root / "out" / "results" / LAB / f"{student}.json").read_text()):
+        assert "[1, 41" not in text, "the hidden input 41 came out in a later cell"
+    outputs = [output for c in json.loads(graded_notebook)["cells"] for output in c.get("outputs", [])]
+    assert {o["ename"] for o in outputs if o["output_type"] == "error"} <= {"Error", "CheckFailed", "NeedsGPU"}, outputs
+    assert "hidden checks have called your code earlier in this notebook" in page
+    assert "your code raised an exception here" in page
+
+
 def test_feedback_pages_run_no_script_and_show_the_graders_verdict(graded):
     from tests.test_grading_bounds import unsafe_tags
 

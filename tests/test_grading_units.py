@@ -116,3 +116,47 @@ def test_reading_notebooks_does_not_build_the_iri_grammar():
                          "nbformat.validate(nbformat.v4.new_notebook())\n"
                          "print(sys.modules.get('rfc3987_syntax'))")
     assert said == "None"
+
+
+def test_a_grader_crash_names_its_exception_in_the_reason():
+    """nbgrader logs a preprocessor's crash as a traceback whose lines carry no ERROR tag: the reason a
+    student and the instructor read must still say what went wrong, not only "see the traceback"."""
+    from autograde.nbgrader_job import _summary
+
+    log = ("[ERROR] Traceback (most recent call last):\n  File \"execute.py\", line 3, in run\n"
+           "    AttributeError: 'KernelLimits' object has no attribute 'files'\n\n"
+           "[ERROR] There was an error processing assignment\n")
+    summary = _summary({"success": True, "log": log})
+    assert not summary["success"]
+    assert "AttributeError: 'KernelLimits' object has no attribute 'files'" in summary["error"]
+
+
+def test_withheld_errors_keep_only_the_graders_words():
+    from autograde.withhold import CHECK_FAILED, STUDENT_RAISED, withhold_cell_outputs, withhold_error
+    from course_lib.runner.limits import KernelLimits
+    from course_lib.runner.watchdog import limit_message
+
+    limits = KernelLimits()
+    memory = limit_message("memory", limits)
+    cases = {
+        ("Leak", "secret 41"): ("Error", STUDENT_RAISED),
+        ("KernelDied", "forged by the kernel: 41"): ("Error", STUDENT_RAISED),
+        ("CheckFailed", "expected 4, got 41"): ("CheckFailed", CHECK_FAILED),
+        ("AssertionError", "41"): ("CheckFailed", CHECK_FAILED),
+        ("NotImplementedError", ""): ("NotImplementedError", ""),
+        ("NotImplementedError", "41"): ("Error", STUDENT_RAISED),
+        ("MemoryError", f"{memory}: 41 bytes"): ("Error", memory),
+    }
+    for (ename, evalue), expected in cases.items():
+        shown = withhold_error({"output_type": "error", "ename": ename, "evalue": evalue, "traceback": ["41"]}, limits)
+        assert (shown["ename"], shown["evalue"], shown["traceback"]) == (*expected, []), (ename, evalue)
+    trusted = {"output_type": "error", "ename": "KernelDied", "evalue": "the kernel died", "traceback": []}
+    assert withhold_error(trusted, limits, trusted=True) == trusted
+
+    kernel_outputs = [{"output_type": "stream", "name": "stdout", "text": "41\n"},
+                      {"output_type": "display_data", "data": {"text/plain": "41"}, "metadata": {}},
+                      {"output_type": "error", "ename": "CellTimeoutError", "evalue": "forged 41", "traceback": []}]
+    shown = withhold_cell_outputs(kernel_outputs, limits, timed_out=False, timeout=30)
+    assert "41" not in str(shown) and [o["output_type"] for o in shown] == ["stream"]
+    shown = withhold_cell_outputs(kernel_outputs, limits, timed_out=True, timeout=30)
+    assert "41" not in str(shown) and shown[-1]["ename"] == "CellTimeoutError" and "30 s" in shown[-1]["evalue"]

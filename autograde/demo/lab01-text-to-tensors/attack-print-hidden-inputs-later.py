@@ -18,11 +18,10 @@ def _solution(notebook: str, grade_id: str) -> str:
 
 DESCRIPTION = (
     "Answers honestly, but count_parameters keeps every config it is called with and the count it "
-    "returned, and the next answer cell (activation_bytes) prints them all. Nothing is printed while a "
-    "hidden check runs, so the rule 'output during hidden checks is not shown' does not apply: OPEN (issue "
-    "23, white-box round): the hidden checks' configs (Llama 2 7B and 13B) and expected counts (6738415616, "
-    "13015864320) come out in an answer cell's output, in the graded notebook and the feedback. The score "
-    "is the honest one; expected 12/12"
+    "returned, and the next answer cell (activation_bytes) prints them all: the hidden checks' configs "
+    "(Llama 2 7B and 13B) and expected counts would come out in an answer cell's output. From the "
+    "notebook's first hidden check on, the graded notebook and the feedback show only the grader's "
+    "verdicts, so the print is replaced by a note; the score is the honest one; expected 12/12"
 )
 BASE = "solution"
 REMEMBER = '''

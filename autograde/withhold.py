@@ -1,0 +1,82 @@
+"""What a graded notebook may show once hidden checks have called the student's code.
+
+A hidden check hands the student's function inputs the student must not see. While it runs, the
+grader shows nothing the student's code prints or raises (``testcells``). That is not enough: the
+answer can keep its arguments in a global and print them, raise them, or return them (to be
+repeated in a visible check's failure message) in any later cell. So from the moment the first
+hidden region of a notebook starts, everything the student's code could shape is withheld from
+the graded notebook, and so from the feedback, the results and the report:
+
+- printed text, displays and results are replaced by one note (``WITHHELD_NOTE``);
+- an error keeps only what the grader itself knows, in the grader's own words: that a check
+  failed, that the cell timed out, that a limit was reached, that the answer is still the stub.
+  Its name (beyond those), message and traceback go.
+
+The points are untouched, and the student loses little: the visible tests are the same in the kit,
+so ``course check`` shows each of their messages on the student's own machine. What still gets
+out is what any grader lets out: a bit or two per cell (passed or not, which kind of failure).
+"""
+
+from __future__ import annotations
+
+from autograde.results import FAILED_CHECK_NAMES
+from course_lib.runner.limits import KernelLimits
+from course_lib.runner.watchdog import limit_message
+
+__all__ = ["WITHHELD_NOTE", "HiddenChecks", "withhold_cell_outputs", "withhold_error"]
+
+WITHHELD_NOTE = ("[not shown: hidden checks have called your code earlier in this notebook, so what it prints, "
+                 "shows or raises from here on could carry their inputs; `course check` in your kit shows the "
+                 "visible tests' own output]\n")
+CHECK_FAILED = ("a visible test failed (its message is not shown once hidden checks have called your code; "
+                "`course check` on this notebook in your kit shows it)")
+STUDENT_RAISED = ("your code raised an exception here (its name, message and traceback are not shown once "
+                  "hidden checks have called your code; run this notebook in your kit to see it)")
+LIMITS = ("memory", "processes", "cpu", "file", "disk", "notebook")   # KernelLimits' limits with a sentence
+
+
+class HiddenChecks:
+    """Whether a hidden region of this notebook has started (from then on, outputs are withheld)."""
+
+    def __init__(self) -> None:
+        self.started = False
+
+
+def _error(ename: str, evalue: str) -> dict:
+    return {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": []}
+
+
+def withhold_error(output: dict, limits: KernelLimits, *, trusted: bool = False) -> dict:
+    """An error output reduced to what the grader knows, in its own words.
+
+    ``trusted``: the grader made this output itself (a timeout, a dead kernel), so its text is kept.
+    A limit's sentence at the start of the message is the grader's (``name_the_limit``) and stays.
+    """
+    ename, evalue = str(output.get("ename", "")), str(output.get("evalue", ""))
+    if trusted:
+        return output
+    for name in LIMITS:
+        message = limit_message(name, limits)
+        if evalue.startswith(message):
+            return _error("Error", message)
+    if ename == "NotImplementedError" and not evalue:
+        return _error(ename, "")            # the stub's own signal: "not attempted"
+    if ename in FAILED_CHECK_NAMES:
+        return _error("CheckFailed", CHECK_FAILED)
+    return _error("Error", STUDENT_RAISED)
+
+
+def withhold_cell_outputs(outputs: list[dict], limits: KernelLimits, *, timed_out: bool,
+                          timeout: float) -> list[dict]:
+    """An answer cell's outputs from the kernel (all of them the student's to shape), withheld.
+
+    ``timed_out``: the grader interrupted the cell, which is then said in the grader's words.
+    """
+    shown = [withhold_error(output, limits) for output in outputs
+             if output.get("output_type") == "error" and output.get("ename") != "CellTimeoutError"]
+    if timed_out:
+        shown.append(_error("CellTimeoutError", f"the cell ran longer than the {timeout:g} s limit and was "
+                                                "interrupted"))
+    if any(output.get("output_type") != "error" for output in outputs):
+        shown.insert(0, {"output_type": "stream", "name": "stdout", "text": WITHHELD_NOTE})
+    return shown
