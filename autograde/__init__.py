@@ -21,12 +21,14 @@ One request's way, from ``course grade SUBMISSIONS`` to a row of the gradebook:
    this package's plug-ins (``preprocessors``): ``execute.IsolatedExecute`` runs the student's cells in
    a kernel of their own, ``course_lib.runner.student.StudentKernel`` (sandboxed, limited and watched:
    ``course_lib.runner``), and ``testcells`` runs each test cell here, in the grader, where the checks
-   (``course_lib.checks``) call the student's objects over ``course_lib.runner.channel``.
+   (``course_lib.checks``) call the student's objects over ``course_lib.runner.channel``. From a
+   notebook's first hidden check on, ``withhold`` keeps only the grader's own words in its outputs.
 5. ``results`` turns the scored cells into a ``LabResult`` (why each point was lost); ``feedback``
    writes the feedback pages safe to open (hidden tests scrubbed, student content shown as text).
 6. The result goes back to the dispatcher, which writes it to the ``store`` the moment it arrives
    (one file per student and lab); ``outputs`` then builds ``grades.csv``, ``report.json`` (``report``)
-   and one nbgrader ``gradebook.db`` from those files.
+   and one nbgrader ``gradebook.db`` from those files, with each lab's due time and how late each
+   hand-in claims to be (``due``, ``course grade --due``).
 7. ``course export`` (``export``) turns them into a Canvas import file or one row per notebook.
 
 The rest: ``kit`` builds the student kit (the release notebooks, the edition of ``course_lib`` and

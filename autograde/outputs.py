@@ -19,6 +19,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autograde.due import DueTimes
 from autograde.layout import COURSE_ID, Workspace
 from autograde.report import write_outputs
 from autograde.results import LabResult
@@ -44,8 +45,12 @@ class ClassOutputs:
     notes: list[str] = field(default_factory=list)   # unreadable result files, cells the gradebook lacks
 
 
-def merge_gradebook(out_dir: Path, solutions_dir: Path, stored: list[StoredResult]) -> tuple[Path, list[str]]:
-    """Build ``out_dir/gradebook.db`` from the result files; returns it and notes on what did not fit."""
+def merge_gradebook(out_dir: Path, solutions_dir: Path, stored: list[StoredResult],
+                    due: DueTimes = DueTimes()) -> tuple[Path, list[str]]:
+    """Build ``out_dir/gradebook.db`` from the result files; returns it and notes on what did not fit.
+
+    With ``due``, each lab's due date is set, so formgrader shows how late each hand-in claims to be.
+    """
     from nbgrader.api import Gradebook, MissingEntry
     from nbgrader.utils import parse_utc
 
@@ -70,6 +75,9 @@ def merge_gradebook(out_dir: Path, solutions_dir: Path, stored: list[StoredResul
             # nbgrader 0.9's update_or_create_submission trips SQLAlchemy 2's autoflush warning; harmless.
             warnings.simplefilter("ignore")
             known = {assignment.name for assignment in gradebook.assignments}
+            for lab in known:
+                if due.for_lab(lab) is not None:
+                    gradebook.update_or_create_assignment(lab, duedate=due.for_lab(lab))
             for entry in stored:
                 result = entry.result
                 if result.lab not in known:
@@ -104,14 +112,14 @@ def merge_gradebook(out_dir: Path, solutions_dir: Path, stored: list[StoredResul
 
 
 def write_class_outputs(out_dir: Path, solutions_dir: Path, *, problems: list[str], device: str, timeout: int,
-                        gradebook: bool = True, limits: dict | None = None) -> ClassOutputs:
+                        gradebook: bool = True, limits: dict | None = None, due: DueTimes = DueTimes()) -> ClassOutputs:
     """grades.csv, report.json and (``gradebook``) gradebook.db from every result file in ``out_dir``."""
     stored, unreadable = ResultStore(out_dir).all()
     results = [entry.result for entry in stored]
     grades_path, report_path = write_outputs(out_dir, results, [*problems, *unreadable], device=device,
-                                             timeout=timeout, limits=limits)
+                                             timeout=timeout, limits=limits, due=due)
     outputs = ClassOutputs(grades_path, report_path, None, results, list(unreadable))
     if gradebook and stored:
-        outputs.gradebook, notes = merge_gradebook(out_dir, solutions_dir, stored)
+        outputs.gradebook, notes = merge_gradebook(out_dir, solutions_dir, stored, due)
         outputs.notes += notes
     return outputs

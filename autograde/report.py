@@ -14,6 +14,7 @@ from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
+from autograde.due import DueTimes, hand_in, late_note
 from autograde.results import MISSING, PASSED, LabResult
 
 # nbgrader's CSV export columns, in its order; `skipped_points` (GPU-only checks skipped on a
@@ -33,13 +34,16 @@ def _number(value: float) -> str:
     return f"{value:g}"
 
 
-def grades_csv(results: list[LabResult]) -> str:
+def grades_csv(results: list[LabResult], due: DueTimes = DueTimes()) -> str:
+    """nbgrader's export columns; ``duedate`` from ``--due`` (no late penalty: that is the course's policy)."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
     for result in sorted(results, key=lambda r: (r.lab, r.student)):
+        deadline = due.for_lab(result.lab)
         writer.writerow({
-            "assignment": result.lab, "duedate": "", "timestamp": result.timestamp,
+            "assignment": result.lab, "duedate": f"{deadline.isoformat(sep=' ')} UTC" if deadline else "",
+            "timestamp": result.timestamp,
             "student_id": result.student, "last_name": "", "first_name": "", "email": "",
             "raw_score": _number(result.score), "late_submission_penalty": "0",
             "score": _number(result.score), "max_score": _number(result.max_score),
@@ -49,7 +53,7 @@ def grades_csv(results: list[LabResult]) -> str:
 
 
 def report_json(results: list[LabResult], problems: list[str], *, device: str, timeout: int,
-                limits: dict | None = None) -> str:
+                limits: dict | None = None, due: DueTimes = DueTimes()) -> str:
     from autograde.results import PROBLEM_BYTES
     from course_lib.runner.bounded import clip
 
@@ -59,21 +63,26 @@ def report_json(results: list[LabResult], problems: list[str], *, device: str, t
         "per_cell_timeout_s": timeout,
         "kernel_limits": limits,
         "ungraded_folders": [clip(str(problem), PROBLEM_BYTES) for problem in problems],
-        "submissions": [result.as_dict() for result in results],
+        "submissions": [_with_hand_in(result.as_dict(), hand_in(result, due)) for result in results],
     }
     return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
 
 
+def _with_hand_in(entry: dict, hand_in_entry: dict | None) -> dict:
+    return entry if hand_in_entry is None else {**entry, "hand_in": hand_in_entry}
+
+
 def write_outputs(out_dir: Path, results: list[LabResult], problems: list[str], *, device: str,
-                  timeout: int, limits: dict | None = None) -> tuple[Path, Path]:
+                  timeout: int, limits: dict | None = None, due: DueTimes = DueTimes()) -> tuple[Path, Path]:
     grades_path, report_path = out_dir / "grades.csv", out_dir / "report.json"
-    _atomic_write(grades_path, grades_csv(results))
-    _atomic_write(report_path, report_json(results, problems, device=device, timeout=timeout, limits=limits))
+    _atomic_write(grades_path, grades_csv(results, due))
+    _atomic_write(report_path, report_json(results, problems, device=device, timeout=timeout, limits=limits,
+                                           due=due))
     return grades_path, report_path
 
 
-def score_table(results: list[LabResult]) -> str:
-    """A fixed-width table of scores with the main reason for each lost point."""
+def score_table(results: list[LabResult], due: DueTimes = DueTimes()) -> str:
+    """A fixed-width table of scores with the main reason for each lost point (and lateness, with ``due``)."""
     if not results:
         return "(no submissions graded)"
     student_width = max(7, *(len(r.student) for r in results))
@@ -81,7 +90,7 @@ def score_table(results: list[LabResult]) -> str:
     lines = [f"{'student':<{student_width}}  {'lab':<{lab_width}}  {'score':>11}  {'%':>5}  notes",
              f"{'-' * student_width}  {'-' * lab_width}  {'-' * 11}  {'-' * 5}  {'-' * 5}"]
     for result in sorted(results, key=lambda r: (r.lab, r.student)):
-        notes = _notes(result)
+        notes = ", ".join(filter(None, [_notes(result), late_note(result, due)]))
         score = f"{_number(result.score)}/{_number(result.max_score)}"
         lines.append(f"{result.student:<{student_width}}  {result.lab:<{lab_width}}  {score:>11}  "
                      f"{result.percent:>4.0f}%  {notes}")

@@ -334,6 +334,9 @@ EXPECTED_CPU = {
     "attack-print-hidden-later": (5, 8),   # double raises (with the hidden input in its message): test_double lost
 }
 FORGED_TIMESTAMP = "2001-01-01 00:00:00.000000 UTC\n<script>alert('gradebook')</script>\n"
+# Hand-in times (timestamp.txt) of two students, around the due time test_grading_rules grades with.
+DUE = "2026-01-12T23:59"
+TIMESTAMPS = {"correct": "2026-01-12 23:00:00.000000 UTC", "noisy": "2026-01-15 09:30:00.000000 UTC"}
 
 
 def write_submissions(release_dir: Path, solutions_lab: Path, out_dir: Path) -> Path:
@@ -355,6 +358,8 @@ def write_submissions(release_dir: Path, solutions_lab: Path, out_dir: Path) -> 
                                   if c.metadata.get("nbgrader", {}).get("grade_id") != "test_warnings"]  # deleted
             if name == "ch1" and mutation == "timestamp":
                 (folder / "timestamp.txt").write_text(FORGED_TIMESTAMP)
+            if name == "ch1" and student in TIMESTAMPS:
+                (folder / "timestamp.txt").write_text(TIMESTAMPS[student] + "\n")
             if name == "ch1" and mutation == "not-json":
                 path.write_text('{"cells": [ this is not json')
                 continue

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from autograde.preprocessors import strip_hidden_tests
-from tests.grading_fixture import EXPECTED_CPU, HIDDEN_MARKER, LAB, LIMITS, write_fixture_lab, write_submissions
+from tests.grading_fixture import DUE, EXPECTED_CPU, HIDDEN_MARKER, LAB, LIMITS, write_fixture_lab, write_submissions
 
 pytestmark = pytest.mark.slow
 GPU_CHECK_PASSES = {"correct", "noisy", "tampered", "wrong-hidden", "attack-fake-gpu", "attack-lying-eq",
@@ -43,7 +43,7 @@ def graded(tmp_path_factory):
     assert release.returncode == 0, release.stdout + release.stderr
     write_submissions(root / "labs" / LAB, solutions_lab, root / "submissions")
     run = course("grade", "submissions", "--solutions", "solutions", "--out", "out", "--timeout", "10",
-                 "--jobs", "2", "--limits", LIMITS, cwd=root)
+                 "--jobs", "2", "--limits", LIMITS, "--due", DUE, cwd=root)
     report = json.loads((root / "out" / "report.json").read_text()) if (root / "out" / "report.json").exists() else None
     return root, run, report
 
@@ -348,6 +348,32 @@ def test_a_module_from_the_kernel_is_never_imported_by_the_grader(graded):
     entry = by_student(report)["attack-module-by-name"]
     assert cell(entry, "ch1", "test_double")["status"] in ("error", "failed")
     assert cell(entry, "ch1", "test_add_one")["status"] == "passed"
+
+
+def test_the_due_time_marks_each_hand_in_by_its_claim_and_says_it_is_one(graded):
+    """--due: the correct student claims 59 min before it, noisy 2 days 9 h after it, blank claims nothing.
+    Every place that shows lateness says it rests on the student's own timestamp.txt."""
+    from nbgrader.api import Gradebook
+
+    from autograde.layout import COURSE_ID
+
+    root, run, report = graded
+    entries = by_student(report)
+    assert entries["correct"]["hand_in"]["status"] == "on time by its claim"
+    assert entries["noisy"]["hand_in"]["status"] == "late by its claim"
+    assert entries["noisy"]["hand_in"]["late_by_s"] == (2 * 24 + 9) * 3600 + 31 * 60
+    assert entries["blank"]["hand_in"] == {**entries["blank"]["hand_in"], "status": "no hand-in time", "late_by_s": None}
+    assert "not a receipt" in entries["correct"]["hand_in"]["basis"]
+    with open(root / "out" / "grades.csv", newline="") as handle:
+        rows = {row["student_id"]: row for row in csv.DictReader(handle)}
+    assert rows["noisy"]["duedate"] == "2026-01-12 23:59:00 UTC"
+    assert rows["noisy"]["late_submission_penalty"] == "0"     # the penalty is the course's policy, not ours
+    noisy_row = next(line for line in run.stdout.splitlines() if line.startswith("noisy "))
+    assert "late by 2 days 9 h (claimed)" in noisy_row
+    assert "not a receipt" in run.stdout and "Due: every lab 2026-01-12 23:59 UTC" in run.stderr
+    with Gradebook(f"sqlite:///{root / 'out' / 'gradebook.db'}", COURSE_ID) as gradebook:
+        assert gradebook.find_submission(LAB, "noisy").total_seconds_late > 2 * 24 * 3600
+        assert gradebook.find_submission(LAB, "correct").total_seconds_late == 0
 
 
 def test_a_timestamp_that_is_not_one_is_refused_and_reported(graded):

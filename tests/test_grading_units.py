@@ -160,3 +160,38 @@ def test_withheld_errors_keep_only_the_graders_words():
     assert "41" not in str(shown) and [o["output_type"] for o in shown] == ["stream"]
     shown = withhold_cell_outputs(kernel_outputs, limits, timed_out=True, timeout=30)
     assert "41" not in str(shown) and shown[-1]["ename"] == "CellTimeoutError" and "30 s" in shown[-1]["evalue"]
+
+
+def test_due_times_parse_per_lab_and_refuse_what_is_not_a_time():
+    from datetime import datetime
+
+    import pytest
+
+    from autograde.due import DueError, parse_due
+
+    due = parse_due(["2026-12-01T23:59", "lab02=2026-12-08T12:00+01:00"], ["lab01", "lab02"])
+    assert due.for_lab("lab01") == datetime(2026, 12, 1, 23, 59)
+    assert due.for_lab("lab02") == datetime(2026, 12, 8, 11, 0)      # its zone, in UTC
+    assert not parse_due(None, ["lab01"])
+    for values, words in ((["friday"], "--due: 'friday' is not a time"),
+                          (["lab09=2026-12-01"], "unknown lab 'lab09'"),
+                          (["2026-12-01", "2026-12-02"], "given twice")):
+        with pytest.raises(DueError, match=words):
+            parse_due(values, ["lab01", "lab02"])
+
+
+def test_lateness_is_the_claims_and_the_table_says_so():
+    from autograde.due import DueTimes, late_note, parse_due
+    from autograde.report import score_table
+    from autograde.results import LabResult
+
+    due = parse_due(["2026-12-01T12:00"], ["lab01"])
+    late = LabResult("ada", "lab01", timestamp="2026-12-01 14:05:00.000000 UTC")
+    on_time = LabResult("bob", "lab01", timestamp="2026-12-01 11:00:00.000000 UTC")
+    unknown = LabResult("cy", "lab01")
+    assert late_note(late, due) == "late by 2 h 05 min (claimed)"
+    assert late_note(on_time, due) is None
+    assert late_note(unknown, due) == "no hand-in time (lateness unknown)"
+    assert late_note(late, DueTimes()) is None
+    table = score_table([late, on_time, unknown], due)
+    assert "late by 2 h 05 min (claimed)" in table and "lateness unknown" in table

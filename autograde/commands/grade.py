@@ -84,6 +84,10 @@ def add_arguments(parser) -> None:
                         help="skip submissions already graded in --out from the same files, lab and grader")
     parser.add_argument("--connect-timeout", type=float, default=10, metavar="SECONDS",
                         help="how long to try to reach the --cluster scheduler (default: 10)")
+    parser.add_argument("--due", action="append", metavar="[LAB=]WHEN",
+                        help="the due time of every lab (WHEN) or of one (LAB=WHEN; repeat for several), ISO 8601, "
+                             "UTC unless it names a zone: grades.csv, report.json, the gradebook and the table then "
+                             "say how late each hand-in is by its timestamp.txt (the student's claim, not a receipt)")
     parser.add_argument("--solutions", type=Path, help="nbgrader source folder (default: <repo>/solutions)")
     parser.add_argument("--demo-specs", type=Path, metavar="DIR",
                         help="after grading, compare every demo student with its spec in DIR/<lab>/<student>.py "
@@ -92,6 +96,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from autograde.dispatch import GradeRun, gpu_cells_skipped, grade
+    from autograde.due import CLAIM, DueError, hand_in, parse_due
     from autograde.layout import GradingError, find_repo_root, list_labs
     from autograde.outputs import write_class_outputs
     from autograde.report import one_line_summary, score_table
@@ -118,12 +123,20 @@ def run(args) -> int:
         known_labs = list_labs(solutions_dir)
         if args.lab and args.lab not in known_labs:
             raise GradingError(f"unknown lab {args.lab!r}; labs in {solutions_dir}: {', '.join(known_labs) or 'none'}")
+        try:
+            due = parse_due(args.due, known_labs)
+        except DueError as error:
+            raise GradingError(str(error)) from None
         where = args.cluster or f"{args.jobs} local worker{'s' if args.jobs > 1 else ''}"
         print(f"Grading {args.submissions} on {where}; per-cell limit {args.timeout} s", file=sys.stderr)
         isolation = detect_isolation()
         print(f"Student kernels: {isolation.description}", file=sys.stderr)
         own_user = isolation.name != "none" and _can_switch_user()
         print(f"Limits per kernel: {limits.summary()}", file=sys.stderr)
+        if due:
+            when = [f"every lab {due.default:%Y-%m-%d %H:%M} UTC"] if due.default else []
+            when += [f"{lab} {time:%Y-%m-%d %H:%M} UTC" for lab, time in sorted(due.by_lab.items())]
+            print(f"Due: {'; '.join(when)} (hand-in times are read from {CLAIM})", file=sys.stderr)
         for line in enforcement(limits, sandbox=isolation.name, own_user=own_user):
             print(f"  {line}", file=sys.stderr)
 
@@ -147,7 +160,7 @@ def run(args) -> int:
                 device = ("GPU workers for GPU-only checks" if run.gpu_route
                           else "CPU (GPU-only checks are skipped; Triton runs interpreted)")
                 outputs = write_class_outputs(out, solutions_dir, problems=problems, device=device,
-                                              timeout=args.timeout, limits=limits.as_dict())
+                                              timeout=args.timeout, limits=limits.as_dict(), due=due)
             else:
                 outputs = None
     except GradingError as error:
@@ -162,7 +175,14 @@ def run(args) -> int:
         print(f"\ncourse grade: stopped; every finished result is kept in {out / 'results'} and the files below "
               "are built from them: run again with --resume to go on", file=sys.stderr)
     results = outputs.results if outputs else []
-    print(score_table(results))
+    print(score_table(results, due))
+    claimed = [entry for entry in (hand_in(result, due) for result in results) if entry]
+    if claimed:
+        on_time = sum(entry["status"] == "on time by its claim" for entry in claimed)
+        late = sum(entry["status"] == "late by its claim" for entry in claimed)
+        print(f"\nhand-in times: {on_time} on time and {late} late by their timestamp.txt, "
+              f"{len(claimed) - on_time - late} with none; each is the student's own claim, not a receipt: "
+              "check late and disputed ones against your LMS's submission times")
     if results:
         print("\n" + one_line_summary(results))
     skipped_gpu = gpu_cells_skipped(results)
