@@ -45,7 +45,7 @@ from autograde.withhold import HiddenChecks, withhold_cell_outputs
 from course_lib.runner.bounded import bound_outputs, output_size
 from course_lib.runner.limits import KernelLimits, format_bytes
 from course_lib.runner.student import KernelDied, StudentKernel
-from course_lib.runner.watchdog import limit_message
+from course_lib.runner.watchdog import limit_message, name_the_limit
 
 __all__ = ["GradingSettings", "IsolatedExecute", "cell_needs_gpu"]
 
@@ -106,34 +106,6 @@ def _record_timing(cell, started: str, finished: str) -> None:
 def _error(ename: str, evalue: str) -> dict:
     return {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": [f"{ename}: {evalue}"]}
 
-
-# What the student's code sees when it meets a limit inside the kernel: (limit, words in the error).
-_LIMIT_SIGNS = (
-    ("memory", ("MemoryError", "Cannot allocate memory", "can't allocate memory", "Unable to allocate")),
-    ("disk", ("No space left on device", "database or disk is full")),
-    ("file", ("File too large",)),
-    ("processes", ("can't start new thread", "Resource temporarily unavailable")),
-)
-
-
-def name_the_limit(output: dict, limits: KernelLimits, peak_processes: int = 0) -> dict:
-    """An error output a limit caused (MemoryError, ENOSPC...) with the limit's sentence in front of it.
-
-    A refused fork or thread (EAGAIN) names the process limit only when the kernel came near it
-    (``peak_processes``): a non-blocking socket says "Resource temporarily unavailable" too.
-    """
-    if output.get("output_type") != "error":
-        return output
-    text = f"{output.get('ename', '')}: {output.get('evalue', '')}"
-    for name, signs in _LIMIT_SIGNS:
-        if name == "processes" and peak_processes < 0.9 * limits.processes:
-            continue
-        if any(sign in text for sign in signs):
-            message = limit_message(name, limits)
-            if not str(output.get("evalue", "")).startswith(message):
-                output = {**output, "evalue": f"{message}: {output.get('evalue') or output.get('ename')}"}
-            break
-    return output
 
 class IsolatedExecute(NbGraderPreprocessor):
     """Execute a submitted notebook: student code in an isolated kernel, test cells in the grader."""
@@ -255,8 +227,8 @@ class IsolatedExecute(NbGraderPreprocessor):
         if not hidden_checks.started:
             return outputs
         peak = kernel.watchdog.peak.processes if kernel.watchdog is not None else 0
-        outputs = [name_the_limit(output, kernel.limits, peak) for output in outputs]
-        return withhold_cell_outputs(outputs, kernel.limits, timed_out=kernel.timed_out, timeout=timeout)
+        return withhold_cell_outputs(outputs, kernel.limits, timed_out=kernel.timed_out, timeout=timeout,
+                                     peak_processes=peak)
 
     @staticmethod
     def _mark_not_run(cells, reason: str) -> None:

@@ -295,7 +295,9 @@ def run_test_cell(source: str, kernel: StudentKernel, namespace: dict[str, Any],
             raise
         shown = _error_output(error, kernel, timeout, hidden=output.hidden)
         if output.withheld and not output.hidden:
-            shown = withhold_error(shown, limits, trusted=_grader_made(error, kernel))
+            watchdog = getattr(kernel, "watchdog", None)
+            peak = watchdog.peak.processes if watchdog is not None else 0
+            shown = withhold_error(shown, limits, trusted=_grader_made(error, kernel), peak_processes=peak)
         outputs.append(shown)
     finally:
         switch_hidden(False)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from autograde.results import FAILED_CHECK_NAMES
 from course_lib.runner.limits import KernelLimits
-from course_lib.runner.watchdog import limit_message
+from course_lib.runner.watchdog import limit_message, name_the_limit
 
 __all__ = ["WITHHELD_NOTE", "HiddenChecks", "withhold_cell_outputs", "withhold_error"]
 
@@ -46,15 +46,16 @@ def _error(ename: str, evalue: str) -> dict:
     return {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": []}
 
 
-def withhold_error(output: dict, limits: KernelLimits, *, trusted: bool = False) -> dict:
+def withhold_error(output: dict, limits: KernelLimits, *, trusted: bool = False, peak_processes: int = 0) -> dict:
     """An error output reduced to what the grader knows, in its own words.
 
     ``trusted``: the grader made this output itself (a timeout, a dead kernel), so its text is kept.
-    A limit's sentence at the start of the message is the grader's (``name_the_limit``) and stays.
+    An error a limit caused keeps the limit's sentence (``name_the_limit``), and nothing more.
     """
-    ename, evalue = str(output.get("ename", "")), str(output.get("evalue", ""))
     if trusted:
         return output
+    output = name_the_limit(output, limits, peak_processes)
+    ename, evalue = str(output.get("ename", "")), str(output.get("evalue", ""))
     for name in LIMITS:
         message = limit_message(name, limits)
         if evalue.startswith(message):
@@ -67,12 +68,12 @@ def withhold_error(output: dict, limits: KernelLimits, *, trusted: bool = False)
 
 
 def withhold_cell_outputs(outputs: list[dict], limits: KernelLimits, *, timed_out: bool,
-                          timeout: float) -> list[dict]:
+                          timeout: float, peak_processes: int = 0) -> list[dict]:
     """An answer cell's outputs from the kernel (all of them the student's to shape), withheld.
 
     ``timed_out``: the grader interrupted the cell, which is then said in the grader's words.
     """
-    shown = [withhold_error(output, limits) for output in outputs
+    shown = [withhold_error(output, limits, peak_processes=peak_processes) for output in outputs
              if output.get("output_type") == "error" and output.get("ename") != "CellTimeoutError"]
     if timed_out:
         shown.append(_error("CellTimeoutError", f"the cell ran longer than the {timeout:g} s limit and was "

@@ -146,6 +146,7 @@ def test_withheld_errors_keep_only_the_graders_words():
         ("NotImplementedError", ""): ("NotImplementedError", ""),
         ("NotImplementedError", "41"): ("Error", STUDENT_RAISED),
         ("MemoryError", f"{memory}: 41 bytes"): ("Error", memory),
+        ("MemoryError", "Unable to allocate 41 GiB"): ("Error", memory),     # named here, then withheld
     }
     for (ename, evalue), expected in cases.items():
         shown = withhold_error({"output_type": "error", "ename": ename, "evalue": evalue, "traceback": ["41"]}, limits)

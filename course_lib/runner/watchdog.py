@@ -27,7 +27,8 @@ from typing import Callable
 
 from course_lib.runner.limits import KernelLimits, format_bytes, format_seconds
 
-__all__ = ["KernelCgroup", "Usage", "Watchdog", "apply_rlimits", "enforcement", "kernel_processes", "limit_message"]
+__all__ = ["KernelCgroup", "Usage", "Watchdog", "apply_rlimits", "enforcement", "kernel_processes", "limit_message",
+           "name_the_limit"]
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -76,6 +77,35 @@ def limit_message(name: str, limits: KernelLimits) -> str:
              "disk": f"disk limit of {format_bytes(value)}", "files": f"limit of {value} files in the scratch folder",
              "notebook": f"time limit of {format_seconds(value)} for the whole notebook"}
     return f"{shown.get(name, name)} reached"
+
+
+# What the student's code sees when it meets a limit inside the kernel: (limit, words in the error).
+_LIMIT_SIGNS = (
+    ("memory", ("MemoryError", "Cannot allocate memory", "can't allocate memory", "Unable to allocate")),
+    ("disk", ("No space left on device", "database or disk is full")),
+    ("file", ("File too large",)),
+    ("processes", ("can't start new thread", "Resource temporarily unavailable")),
+)
+
+
+def name_the_limit(output: dict, limits: KernelLimits, peak_processes: int = 0) -> dict:
+    """An error output a limit caused (MemoryError, ENOSPC...) with the limit's sentence in front of it.
+
+    A refused fork or thread (EAGAIN) names the process limit only when the kernel came near it
+    (``peak_processes``): a non-blocking socket says "Resource temporarily unavailable" too.
+    """
+    if output.get("output_type") != "error":
+        return output
+    text = f"{output.get('ename', '')}: {output.get('evalue', '')}"
+    for name, signs in _LIMIT_SIGNS:
+        if name == "processes" and peak_processes < 0.9 * limits.processes:
+            continue
+        if any(sign in text for sign in signs):
+            message = limit_message(name, limits)
+            if not str(output.get("evalue", "")).startswith(message):
+                output = {**output, "evalue": f"{message}: {output.get('evalue') or output.get('ename')}"}
+            break
+    return output
 
 
 # ---- reading /proc ------------------------------------------------------------------------------
