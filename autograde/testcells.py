@@ -186,8 +186,8 @@ def _hidden_error_output(error: BaseException) -> dict:
     shown = name if known and not isinstance(error, StudentError) else "an exception"
     evalue = (f"your code raised {shown} during a hidden check (the message and traceback of errors in hidden "
               "checks are not shown: run the visible tests and your own examples to find it)")
-    return {"output_type": "error", "ename": shown if shown != "an exception" else "Error", "evalue": evalue,
-            "traceback": []}
+    ename = shown if shown != "an exception" else "Error"
+    return {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": [f"{ename}: {evalue}"]}
 
 
 def _error_output(error: BaseException, kernel: StudentKernel, timeout: float, *, hidden: bool = False) -> dict:
