@@ -347,7 +347,7 @@ def test_how_the_kernel_died_or_what_it_raised_carries_no_hidden_input(graded, s
                  (root / "out" / "grades.csv").read_text()):
         assert "code 41" not in text and "[1, 41" not in text
     assert errors[41 % len(errors)] not in outputs
-    assert "exited with code" not in outputs and "malformed message" not in outputs
+    assert "exited with code" not in outputs and "sent a malformed message" not in outputs
 
 
 def test_no_cell_timing_is_kept_once_hidden_checks_have_run(graded):
@@ -356,7 +356,8 @@ def test_no_cell_timing_is_kept_once_hidden_checks_have_run(graded):
     root, _, _ = graded
     notebook = json.loads((root / "out" / "autograded" / "attack-print-hidden-later" / LAB / "ch1.ipynb").read_text())
     code = [c for c in notebook["cells"] if c["cell_type"] == "code"]
-    first_hidden = next(i for i, c in enumerate(code) if c["metadata"].get("nbgrader", {}).get("grade_id") == "test_add_one")
+    first_hidden = next(i for i, c in enumerate(code)
+                        if c["metadata"].get("nbgrader", {}).get("grade_id") == "test_add_one")
     assert "execution" in code[0]["metadata"]
     assert not any("execution" in c["metadata"] for c in code[first_hidden:])
 
