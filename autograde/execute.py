@@ -250,9 +250,12 @@ class IsolatedExecute(NbGraderPreprocessor):
 
     def _run_cell(self, cell, kernel: StudentKernel, source_cells: dict[str, dict], namespace: dict, gpu: bool,
                   index: int, timeout: float, hidden_checks: HiddenChecks) -> list[dict]:
-        if is_grade(cell):
-            grade_id = cell.metadata["nbgrader"]["grade_id"]
-            source_cell = source_cells.get(grade_id, cell)
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        # A cell marked as a test that is none of the lab's (a copy of a test cell, which keeps its
+        # metadata, or one the student made: nbgrader took its unknown or duplicate grade_id away) is
+        # the student's code: it runs in the kernel like any other, never here.
+        if is_grade(cell) and grade_id in source_cells:
+            source_cell = source_cells[grade_id]
             if cell_needs_gpu(source_cell) and not gpu:
                 return [_error(NEEDS_GPU, "skipped: needs a GPU (this machine has none; not counted in max_score)")]
             return run_test_cell(cell.source, kernel, namespace, timeout=timeout,

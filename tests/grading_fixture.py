@@ -93,6 +93,7 @@ STUDENTS = {
     "os-exit": dict(answers={"double": "import os\nos._exit(3)"}),
     "segfault": dict(answers={"double": "import ctypes\nctypes.string_at(0)"}),
     "tampered": dict(answers={"add_one": "def add_one(x):\n    return x + 2"}, mutation="tamper"),
+    "copied-test-cells": dict(mutation="copy-tests"),
     "wrong-hidden": dict(answers={"add_one": "def add_one(x):\n    return 2 if x == 1 else 0"}),
     "malformed": dict(mutation="not-json"),
     "old-format": dict(mutation="nbformat3"),
@@ -340,6 +341,8 @@ EXPECTED_CPU = {
     "os-exit": (5, 8),             # test_add_one + test_warnings ran before the crash; ch2 fine
     "segfault": (5, 8),
     "tampered": (5, 8),            # the emptied and the deleted test cells are restored and fail
+    "copied-test-cells": (8, 8),   # a copy of a test cell (its metadata copied too) and one with an unknown id:
+                                   # the student's own cells, run in the kernel; nbgrader failed the whole lab
     "wrong-hidden": (5, 8),        # visible check passes, hidden one fails: test_add_one and test_warnings lost
     "malformed": (2, 8),           # ch1 unreadable -> 0; ch2 graded
     "old-format": (2, 8),
@@ -388,6 +391,15 @@ def write_submissions(release_dir: Path, solutions_lab: Path, out_dir: Path) -> 
                         cell.source = ""  # emptied
                 notebook.cells = [c for c in notebook.cells
                                   if c.metadata.get("nbgrader", {}).get("grade_id") != "test_warnings"]  # deleted
+            if name == "ch1" and mutation == "copy-tests":
+                test = next(c for c in notebook.cells
+                            if c.metadata.get("nbgrader", {}).get("grade_id") == "test_double")
+                copy = nbformat.from_dict(json.loads(json.dumps(test)))
+                copy.source = "print('my own experiment, in a copy of the test cell')"
+                unknown = nbformat.from_dict(json.loads(json.dumps(test)))
+                unknown.metadata["nbgrader"]["grade_id"] = "my_test"
+                unknown.source = "open('/tmp/COPIED-CELL-RAN-IN-THE-GRADER', 'w').write('x')"
+                notebook.cells += [copy, unknown]
             if name == "ch1" and mutation == "timestamp":
                 (folder / "timestamp.txt").write_text(FORGED_TIMESTAMP)
             if name == "ch1" and student in TIMESTAMPS:

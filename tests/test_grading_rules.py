@@ -18,7 +18,8 @@ from autograde.preprocessors import strip_hidden_tests
 from tests.grading_fixture import DUE, EXPECTED_CPU, HIDDEN_MARKER, LAB, LIMITS, write_fixture_lab, write_submissions
 
 pytestmark = pytest.mark.slow
-GPU_CHECK_PASSES = {"correct", "noisy", "tampered", "wrong-hidden", "attack-fake-gpu", "attack-lying-eq",
+GPU_CHECK_PASSES = {"correct", "noisy", "tampered", "copied-test-cells", "wrong-hidden", "attack-fake-gpu",
+                    "attack-lying-eq",
                     "attack-read-secrets", "attack-write-outside", "attack-disk-filler", "attack-output-flood",
                     "attack-print-hidden", "attack-feedback-script", "attack-forged-timestamp", "attack-assert-hidden",
                     "attack-error-name-hidden"}
@@ -348,6 +349,15 @@ def test_how_the_kernel_died_or_what_it_raised_carries_no_hidden_input(graded, s
         assert "code 41" not in text and "[1, 41" not in text
     assert errors[41 % len(errors)] not in outputs
     assert "exited with code" not in outputs and "sent a malformed message" not in outputs
+
+
+def test_a_copied_test_cell_is_the_students_own_cell(graded):
+    """Copying a test cell in Jupyter copies its nbgrader metadata; nbgrader then failed the whole lab
+    (a graded cell with no grade_id). The copies run in the kernel, never in the grader."""
+    _, _, report = graded
+    entry = by_student(report)["copied-test-cells"]
+    assert all(notebook["status"] == "graded" for notebook in entry["notebooks"])
+    assert not Path("/tmp/COPIED-CELL-RAN-IN-THE-GRADER").exists()
 
 
 def test_no_cell_timing_is_kept_once_hidden_checks_have_run(graded):
