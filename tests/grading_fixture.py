@@ -399,6 +399,7 @@ def write_submissions(release_dir: Path, solutions_lab: Path, out_dir: Path) -> 
                 unknown = nbformat.from_dict(json.loads(json.dumps(test)))
                 unknown.metadata["nbgrader"]["grade_id"] = "my_test"
                 unknown.source = "open('/tmp/COPIED-CELL-RAN-IN-THE-GRADER', 'w').write('x')"
+                copy["id"], unknown["id"] = "copied-test", "unknown-test"
                 notebook.cells += [copy, unknown]
             if name == "ch1" and mutation == "timestamp":
                 (folder / "timestamp.txt").write_text(FORGED_TIMESTAMP)
