@@ -20,7 +20,9 @@ refused fork) gets the same sentence in front of its message, and once the noteb
 limit has passed, the cells left are not run. Every cell's outputs are bounded again here, whatever
 the kernel sent (``bounded.bound_outputs``). Once the notebook's first hidden check has started, the
 cells after it show only what the grader knows (``withhold``): the answer may have kept the hidden
-inputs to print, raise or return later. The settings come from the environment the grader
+inputs to print, raise or return later; that includes how the kernel died (its exit code, a
+message it forged on the channel) and how long each cell took (no timings are recorded from
+then on). The settings come from the environment the grader
 gives the nbgrader process (``GradingSettings``).
 """
 
@@ -41,7 +43,7 @@ from nbgrader.utils import is_grade
 from traitlets import Integer
 
 from autograde.testcells import run_test_cell
-from autograde.withhold import HiddenChecks, withhold_cell_outputs
+from autograde.withhold import HiddenChecks, withhold_cell_outputs, withhold_death
 from course_lib.runner.bounded import bound_outputs, output_size
 from course_lib.runner.limits import KernelLimits, format_bytes
 from course_lib.runner.student import KernelDied, StudentKernel
@@ -191,6 +193,9 @@ class IsolatedExecute(NbGraderPreprocessor):
             peak = kernel.watchdog.peak.processes if kernel.watchdog is not None else 0
             outputs = [name_the_limit(output, limits, peak)
                        for output in bound_outputs(outputs, limits.output, limits.stream)]
+            if hidden_checks.started:   # how the kernel died is the student's to choose (os._exit(41))
+                outputs = [withhold_death(output, limits) if output.get("ename") == KERNEL_DIED else output
+                           for output in outputs]
             kept = sum(output_size(output) for output in outputs)
             if notebook_output + kept > NOTEBOOK_OUTPUTS * limits.output:   # the whole page stays bounded too
                 outputs = [o for o in outputs if o.get("output_type") == "error"] + [{
@@ -198,7 +203,8 @@ class IsolatedExecute(NbGraderPreprocessor):
                     "text": f"[this cell's output ({kept:,} bytes) is not kept: the notebook's outputs passed "
                             f"{NOTEBOOK_OUTPUTS} x {format_bytes(limits.output)}]\n"}]
             notebook_output += sum(output_size(output) for output in outputs)
-            _record_timing(cell, started, _now())
+            if not hidden_checks.started:   # from then on, how long a cell took is the answer's to choose
+                _record_timing(cell, started, _now())
             if any(output.get("ename") == KERNEL_DIED for output in outputs) or not kernel.alive:
                 died_in = index
                 if not any(output.get("ename") == KERNEL_DIED for output in outputs):
@@ -216,9 +222,12 @@ class IsolatedExecute(NbGraderPreprocessor):
 
     def _run_cell(self, cell, kernel: StudentKernel, source_cells: dict[str, dict], namespace: dict, gpu: bool,
                   index: int, timeout: float, hidden_checks: HiddenChecks) -> list[dict]:
-        if is_grade(cell):
-            grade_id = cell.metadata["nbgrader"]["grade_id"]
-            source_cell = source_cells.get(grade_id, cell)
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        # A cell marked as a test that is none of the lab's (a copy of a test cell, which keeps its
+        # metadata, or one the student made: nbgrader took its unknown or duplicate grade_id away) is
+        # the student's code: it runs in the kernel like any other, never here.
+        if is_grade(cell) and grade_id in source_cells:
+            source_cell = source_cells[grade_id]
             if cell_needs_gpu(source_cell) and not gpu:
                 return [_error(NEEDS_GPU, "skipped: needs a GPU (this machine has none; not counted in max_score)")]
             return run_test_cell(cell.source, kernel, namespace, timeout=timeout,
@@ -226,9 +235,7 @@ class IsolatedExecute(NbGraderPreprocessor):
         outputs = kernel.run_cell(cell.source, timeout)["outputs"]
         if not hidden_checks.started:
             return outputs
-        peak = kernel.watchdog.peak.processes if kernel.watchdog is not None else 0
-        return withhold_cell_outputs(outputs, kernel.limits, timed_out=kernel.timed_out, timeout=timeout,
-                                     peak_processes=peak)
+        return withhold_cell_outputs(outputs, kernel.limits, timed_out=kernel.timed_out, timeout=timeout)
 
     @staticmethod
     def _mark_not_run(cells, reason: str) -> None:

@@ -18,6 +18,7 @@ keeps one workspace per lab and grades in it with a ``Grader`` (``worker.grade_t
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -265,6 +266,21 @@ class Grader:
 
 TIMESTAMP_MAX_BYTES = 200
 FUTURE_SLACK_S = 600
+# What `course submit` and nbgrader write ("2026-01-12 23:00:00.000000 UTC"), and ISO 8601 with a zone:
+# digits in their places, ASCII only. dateutil, which nbgrader's parse_utc uses, also reads "12" as the
+# 12th of the month the grader runs in, "Jan" as today's day in January and "UTC+14" as 14 hours west.
+_TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?"
+                        r"( ?UTC|Z|[+-][0-9]{2}:?[0-9]{2})?", re.ASCII)
+
+
+def _parse_claim(text: str):
+    """A timestamp in the form ``_TIMESTAMP`` allows, as a naive UTC datetime (no zone: UTC, as nbgrader)."""
+    from datetime import datetime, timezone
+
+    if not _TIMESTAMP.fullmatch(text):
+        raise ValueError(text)
+    parsed = datetime.fromisoformat(re.sub(r" ?UTC$|Z$", "+00:00", text))
+    return parsed.astimezone(timezone.utc).replace(tzinfo=None) if parsed.tzinfo is not None else parsed
 
 
 def _code_cells(notebook) -> int:
@@ -282,8 +298,6 @@ def read_timestamp(path: Path) -> tuple[str, str | None]:
     """
     from datetime import datetime, timedelta, timezone
 
-    from nbgrader.utils import parse_utc
-
     try:
         raw = path.read_bytes()[:TIMESTAMP_MAX_BYTES + 1]
         text = raw.decode("utf-8").strip()
@@ -295,8 +309,8 @@ def read_timestamp(path: Path) -> tuple[str, str | None]:
         return "", (f"timestamp.txt is not one timestamp ({len(lines)} lines, the first {shown}): no hand-in time "
                     "recorded")
     try:
-        claimed = parse_utc(text)
-    except Exception:  # noqa: BLE001 - dateutil raises several types for text that is not a date
+        claimed = _parse_claim(text)
+    except ValueError:
         return "", f"timestamp.txt is not a timestamp ({shown}): no hand-in time recorded"
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     if claimed > now + timedelta(seconds=FUTURE_SLACK_S) or claimed.year < 2000:

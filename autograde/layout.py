@@ -202,6 +202,18 @@ c.IsolatedExecute.timeout = {timeout}
 
 # Test cells a student deleted are put back before grading (edited ones are overwritten anyway).
 c.OverwriteCells.add_missing_cells = True
+c.OverwriteCellsKeepingCopies.add_missing_cells = True
+
+# A copied test or answer cell (its metadata copied too) is the student's own cell, not a failure.
+c.Autograde.sanitize_preprocessors = [
+    "nbgrader.preprocessors.ClearOutput",
+    "autograde.preprocessors.ForgetForeignCells",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "autograde.preprocessors.ForgetForeignCells",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    "autograde.preprocessors.OverwriteCellsKeepingCopies",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
 
 # Student code runs in an isolated kernel; test cells run in this (the grader's) process.
 c.Autograde.autograde_preprocessors = [

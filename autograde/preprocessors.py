@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from nbgrader.preprocessors import NbGraderPreprocessor
+from nbgrader.preprocessors import NbGraderPreprocessor, OverwriteCells
 from nbgrader.utils import is_grade
 
 HIDDEN_BEGIN = "### BEGIN HIDDEN TESTS"
@@ -22,6 +22,37 @@ HIDDEN_REGION = re.compile(
     r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*\n?", re.MULTILINE | re.DOTALL
 )
 HIDDEN_PLACEHOLDER = "# (hidden tests ran here)\n"
+
+
+def forget_if_foreign(cell) -> None:
+    """Drop nbgrader metadata that names no cell (no ``grade_id``): the cell becomes the student's own."""
+    meta = cell.metadata.get("nbgrader")
+    if meta is not None and not (isinstance(meta, dict) and meta.get("grade_id")):
+        del cell.metadata["nbgrader"]
+
+
+class ForgetForeignCells(NbGraderPreprocessor):
+    """Make a cell whose nbgrader metadata names no cell of the lab an ordinary cell of the student's.
+
+    A student who copies a test or answer cell in Jupyter copies its metadata. nbgrader's
+    ``DeduplicateIds`` then empties the copy's metadata and ``OverwriteCells`` takes an unknown
+    ``grade_id`` away, but both leave an ``nbgrader`` entry behind, on which nbgrader itself fails
+    (``DeduplicateIds`` on a graded cell with no id, ``OverwriteCells.add_missing_task_cells`` on any
+    entry without one): the whole lab was "grading failed". Run before and after ``DeduplicateIds``.
+    """
+
+    def preprocess_cell(self, cell, resources, index):
+        forget_if_foreign(cell)
+        return cell, resources
+
+
+class OverwriteCellsKeepingCopies(OverwriteCells):
+    """nbgrader's ``OverwriteCells``, with a cell whose unknown ``grade_id`` it removed made ordinary at once."""
+
+    def preprocess_cell(self, cell, resources, index):
+        cell, resources = super().preprocess_cell(cell, resources, index)
+        forget_if_foreign(cell)
+        return cell, resources
 
 
 class DemoteStderr(NbGraderPreprocessor):

@@ -13,10 +13,12 @@ the printed-output limit) and, if the cell failed, an error whose traceback is t
 
 Hidden tests (between ``### BEGIN HIDDEN TESTS`` and ``### END HIDDEN TESTS``) call the student's
 code with inputs the student must not see, so while they run nothing printed reaches the cell's
-output (one line says that output during hidden checks is not shown), a failing check does not
-repeat the student's result or the message of the student's exception
-(``checks.hidden_check``), and an error raised there keeps neither its message nor its traceback
-when the student's code made it: what the student's code could put in them is what it was given.
+output (one line, written whether or not anything was printed, says that output during hidden
+checks is not shown), a failing check shows one fixed sentence instead of its message (a check's
+message names the call, so the hidden config, and the expected value, so the answer for it: only
+an ``assert`` of the test code itself keeps its words), and an error raised there keeps neither its
+message, its traceback nor (beyond NotImplementedError and MemoryError) its name when the
+student's code made it: what the student's code could put in them is what it was given.
 Once a notebook's first hidden region has started, the rest of that cell and of the notebook shows
 only what the grader knows (``withhold``): the answer may have kept the hidden inputs to print later.
 """
@@ -36,7 +38,7 @@ from autograde.preprocessors import HIDDEN_BEGIN, HIDDEN_END
 from autograde.withhold import WITHHELD_NOTE, HiddenChecks, withhold_error
 from course_lib.checks import _HIDDEN_CHECK, _PLATFORM_BUILDER, _SHARER, _URL_SHARER
 from course_lib.runner.bounded import HIDDEN_OUTPUT_NOTE, TextKeeper
-from course_lib.runner.channel import _BUILTIN_ERRORS, ChannelClosed, ProtocolError, StudentError
+from course_lib.runner.channel import ChannelClosed, ProtocolError, StudentError
 from course_lib.runner.limits import KernelLimits
 from course_lib.runner.student import CellTimeout, KernelDied, StudentKernel
 
@@ -117,18 +119,40 @@ class _Output(io.TextIOBase):
         super().__init__()
         self._lock = threading.Lock()
         self._keeper = TextKeeper(limit)
-        self.hidden = False
-        self.withheld = withheld
+        self._hidden = False
+        self.withheld = False
         self._noted: set[str] = set()
+        if withheld:
+            self.withhold()
+
+    # The notes are written when hiding starts, whether or not anything is printed then: a note that
+    # appeared only when the student's code printed would be a bit the answer sets (print or not).
+    def _note(self, note: str) -> None:
+        if note not in self._noted:
+            self._noted.add(note)
+            self._keeper.write(note)
+
+    @property
+    def hidden(self) -> bool:
+        return self._hidden
+
+    @hidden.setter
+    def hidden(self, on: bool) -> None:
+        with self._lock:
+            self._hidden = bool(on)
+            if on:
+                self._note(HIDDEN_OUTPUT_NOTE)
+                self.withheld = True
+
+    def withhold(self) -> None:
+        with self._lock:
+            self.withheld = True
+            self._note(WITHHELD_NOTE)
 
     def write(self, text: str) -> int:
         with self._lock:
-            note = HIDDEN_OUTPUT_NOTE if self.hidden else WITHHELD_NOTE if self.withheld else None
-            if note is None:
+            if not self._hidden and not self.withheld:
                 self._keeper.write(text)
-            elif text and note not in self._noted:
-                self._noted.add(note)
-                self._keeper.write(note)
             return len(text) if isinstance(text, str) else 0
 
     def writable(self) -> bool:
@@ -178,12 +202,21 @@ def _raised_in_kernel(error: BaseException) -> bool:
     return isinstance(error, StudentError) or getattr(error, "remote_traceback", None) is not None
 
 
+# The only names of the student's errors a hidden check shows: the stub's and a limit's (each a bit
+# the answer could choose, like passing or failing). Any other name would be a word from a list of
+# sixty the answer picks with the hidden input (``[ValueError, KeyError, ...][x % 64]``).
+HIDDEN_ERROR_NAMES = ("NotImplementedError", "MemoryError")
+HIDDEN_CHECK_FAILED = ("a hidden check failed (what it called your code with, what it expected and its message are "
+                       "not shown: run the visible tests and your own examples, including edge cases, to find it)")
+HIDDEN_CHECK_ERROR = ("a hidden check could not finish with what your code returned (its message is not shown: it "
+                      "could carry the hidden inputs)")
+
+
 def _hidden_error_output(error: BaseException) -> dict:
-    """An error raised by the student's code in a hidden check: its type when the course knows it, no message."""
+    """An error raised by the student's code in a hidden check: no message, and a name only from a short list."""
     name = getattr(error, "remote_type", None) or (error.ename if isinstance(error, StudentError)
                                                    else type(error).__name__)
-    known = name in _BUILTIN_ERRORS or isinstance(error, Exception) and type(error).__module__.startswith("course_lib")
-    shown = name if known and not isinstance(error, StudentError) else "an exception"
+    shown = name if name in HIDDEN_ERROR_NAMES and not isinstance(error, StudentError) else "an exception"
     evalue = (f"your code raised {shown} during a hidden check (the message and traceback of errors in hidden "
               "checks are not shown: run the visible tests and your own examples to find it)")
     ename = shown if shown != "an exception" else "Error"
@@ -203,8 +236,16 @@ def _error_output(error: BaseException, kernel: StudentKernel, timeout: float, *
         return {"output_type": "error", "ename": "KernelDied", "evalue": str(error), "traceback": [str(error)]}
     # An assert of the test code keeps its message (the instructor wrote it); an AssertionError the
     # student's code raised is the student's message, which may spell out the hidden inputs.
-    if hidden and (_raised_in_kernel(error) if isinstance(error, AssertionError) else _from_student(error)):
-        return _hidden_error_output(error)
+    own_assert = type(error) is AssertionError and not _raised_in_kernel(error)   # the test code's assert
+    if hidden and not own_assert:
+        if _from_student(error):
+            return _hidden_error_output(error)
+        # A check's message is written for a visible test: it names the call (the hidden config) and the
+        # expected value (the answer for the hidden input); another error of the check's code may quote
+        # what the answer returned. Only an assert of the test code keeps its own words.
+        failed = isinstance(error, AssertionError)
+        return {"output_type": "error", "ename": "CheckFailed" if failed else "Error",
+                "evalue": HIDDEN_CHECK_FAILED if failed else HIDDEN_CHECK_ERROR, "traceback": []}
     ename = error.ename if isinstance(error, StudentError) else type(error).__name__
     evalue = str(error)
     if isinstance(error, StudentError) and evalue.startswith(f"{ename}: "):
@@ -262,9 +303,13 @@ def run_test_cell(source: str, kernel: StudentKernel, namespace: dict[str, Any],
     hidden_token = [None]
 
     def switch_hidden(on: bool) -> None:
-        output.hidden = bool(on)
+        if on and not output.hidden:
+            output.hidden = True
+        elif not on and output.hidden:
+            output.hidden = False
+            output.withhold()     # what the rest of the cell prints could carry the hidden inputs too
         if on:
-            hidden_checks.started = output.withheld = True
+            hidden_checks.started = True
         if hidden_token[0] is not None:
             _HIDDEN_CHECK.reset(hidden_token[0])
             hidden_token[0] = None

@@ -23,7 +23,7 @@ from autograde.results import FAILED_CHECK_NAMES
 from course_lib.runner.limits import KernelLimits
 from course_lib.runner.watchdog import limit_message, name_the_limit
 
-__all__ = ["WITHHELD_NOTE", "HiddenChecks", "withhold_cell_outputs", "withhold_error"]
+__all__ = ["WITHHELD_NOTE", "HiddenChecks", "withhold_cell_outputs", "withhold_death", "withhold_error"]
 
 WITHHELD_NOTE = ("[not shown: hidden checks have called your code earlier in this notebook, so what it prints, "
                  "shows or raises from here on could carry their inputs; `course check` in your kit shows the "
@@ -33,6 +33,11 @@ CHECK_FAILED = ("a visible test failed (its message is not shown once hidden che
 STUDENT_RAISED = ("your code raised an exception here (its name, message and traceback are not shown once "
                   "hidden checks have called your code; run this notebook in your kit to see it)")
 LIMITS = ("memory", "processes", "cpu", "file", "disk", "notebook")   # KernelLimits' limits with a sentence
+KERNEL_STOPPED = ("the kernel died or was stopped while running this cell (how is not shown once hidden checks "
+                  "have called your code: an exit code, a signal or a malformed message could carry their inputs); "
+                  "the cells after it were not run")
+KERNEL_STOPPED_LATE = ("the cell ran past its time limit and the kernel did not stop when interrupted, so it was "
+                       "stopped; the cells after it were not run")
 
 
 class HiddenChecks:
@@ -69,17 +74,39 @@ def withhold_error(output: dict, limits: KernelLimits, *, trusted: bool = False,
     return _error("Error", STUDENT_RAISED)
 
 
+def withhold_death(output: dict, limits: KernelLimits) -> dict:
+    """A dead kernel's error (``KernelDied``) reduced to what the grader knows without the student's help.
+
+    The grader's own sentence about a death still carries what the student's code chose: the exit
+    code (``os._exit(41)``), the signal, the text of a malformed message the kernel wrote on the
+    channel, how much memory or how many processes it held. Only the limit that stopped it stays.
+    """
+    evalue = str(output.get("evalue", ""))
+    shown = KERNEL_STOPPED
+    for name in LIMITS:
+        message = limit_message(name, limits)
+        if evalue.startswith(message):
+            shown = f"{message}: the kernel was stopped while running this cell; the cells after it were not run"
+            break
+    else:
+        if evalue.startswith(("the cell ran past its", "the kernel stopped reading")):
+            shown = KERNEL_STOPPED_LATE
+        elif evalue.startswith("limit of ") and " files in the scratch folder reached" in evalue:
+            shown = evalue.split(" reached")[0] + " reached: the kernel was stopped; the cells after it were not run"
+    return {"output_type": "error", "ename": "KernelDied", "evalue": shown, "traceback": [shown]}
+
+
 def withhold_cell_outputs(outputs: list[dict], limits: KernelLimits, *, timed_out: bool,
-                          timeout: float, peak_processes: int = 0) -> list[dict]:
+                          timeout: float) -> list[dict]:
     """An answer cell's outputs from the kernel (all of them the student's to shape), withheld.
 
-    ``timed_out``: the grader interrupted the cell, which is then said in the grader's words.
+    Always the same note, whatever the cell printed, showed or raised: whether a cell printed or
+    raised, and which kind of error, is itself a bit the answer chooses, and a notebook has enough
+    cells to spell out a hidden input one bit a cell. ``timed_out``: the grader interrupted the cell,
+    which is then said in the grader's words (a timeout costs the student the cell's whole limit).
     """
-    shown = [withhold_error(output, limits, peak_processes=peak_processes) for output in outputs
-             if output.get("output_type") == "error" and output.get("ename") != "CellTimeoutError"]
+    shown = [{"output_type": "stream", "name": "stdout", "text": WITHHELD_NOTE}]
     if timed_out:
         shown.append(_error("CellTimeoutError", f"the cell ran longer than the {timeout:g} s limit and was "
                                                 "interrupted"))
-    if any(output.get("output_type") != "error" for output in outputs):
-        shown.insert(0, {"output_type": "stream", "name": "stdout", "text": WITHHELD_NOTE})
     return shown

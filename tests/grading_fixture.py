@@ -93,6 +93,7 @@ STUDENTS = {
     "os-exit": dict(answers={"double": "import os\nos._exit(3)"}),
     "segfault": dict(answers={"double": "import ctypes\nctypes.string_at(0)"}),
     "tampered": dict(answers={"add_one": "def add_one(x):\n    return x + 2"}, mutation="tamper"),
+    "copied-test-cells": dict(mutation="copy-tests"),
     "wrong-hidden": dict(answers={"add_one": "def add_one(x):\n    return 2 if x == 1 else 0"}),
     "malformed": dict(mutation="not-json"),
     "old-format": dict(mutation="nbformat3"),
@@ -276,6 +277,32 @@ class Leak(Exception):
 def double(x):
     raise Leak(f"LEAKED-LATER-RAISE {_seen}")
 """
+EXIT_WITH_HIDDEN = """
+import os
+def add_one(x):
+    if x not in (0, 1):   # a hidden input: end the kernel with it as the exit code
+        os._exit(x % 256)
+    return x + 1
+"""
+FORGED_FRAME = """
+import gc, pickle
+from course_lib.runner import channel
+_endpoint = next(o for o in gc.get_objects() if isinstance(o, channel.Endpoint))
+# A reply to no request, its id the inputs add_one kept: the grader's "malformed message" quoted it.
+channel.write_frame(_endpoint.write_fd, pickle.dumps({"reply": f"LEAKED-FRAME-{_seen}"}, protocol=2))
+import time
+time.sleep(5)
+def double(x):
+    return 2 * x
+"""
+ERROR_NAME_HIDDEN = """
+import builtins
+_errors = sorted(n for n in dir(builtins) if n.endswith("Error") and isinstance(getattr(builtins, n), type))
+def add_one(x):
+    if x not in (0, 1):   # the name of the error spells the hidden input: one of about sixty
+        raise getattr(builtins, _errors[x % len(_errors)])()
+    return x + 1
+"""
 STALL_PADDING = "def double(x):\n    return 2 * x\n" + ("# " + "p" * 100 + "\n") * 13_000
 # The limits of the grading run: small, so that each attack is cheap to stop.
 LIMITS = "memory=1GB,processes=128,disk=128MB,file=64MB"
@@ -299,6 +326,9 @@ ATTACKS = {
     "attack-deep-key": dict(answers={"double": DEEP_KEY}),
     "attack-assert-hidden": dict(answers={"add_one": ASSERT_HIDDEN}),
     "attack-print-hidden-later": dict(answers={"add_one": REMEMBER_HIDDEN, "double": LEAK_LATER}),
+    "attack-exit-code-hidden": dict(answers={"add_one": EXIT_WITH_HIDDEN}),
+    "attack-forged-frame": dict(answers={"add_one": REMEMBER_HIDDEN, "double": FORGED_FRAME}),
+    "attack-error-name-hidden": dict(answers={"add_one": ERROR_NAME_HIDDEN}),
 }
 STUDENTS.update(ATTACKS)
 
@@ -311,6 +341,8 @@ EXPECTED_CPU = {
     "os-exit": (5, 8),             # test_add_one + test_warnings ran before the crash; ch2 fine
     "segfault": (5, 8),
     "tampered": (5, 8),            # the emptied and the deleted test cells are restored and fail
+    "copied-test-cells": (8, 8),   # a copy of a test cell (its metadata copied too) and one with an unknown id:
+                                   # the student's own cells, run in the kernel; nbgrader failed the whole lab
     "wrong-hidden": (5, 8),        # visible check passes, hidden one fails: test_add_one and test_warnings lost
     "malformed": (2, 8),           # ch1 unreadable -> 0; ch2 graded
     "old-format": (2, 8),
@@ -332,6 +364,9 @@ EXPECTED_CPU = {
     "attack-deep-key": (5, 8),       # its hand-made reply nests 2 million deep: refused, the grader does not crash
     "attack-assert-hidden": (6, 8),  # the hidden check of add_one fails (its AssertionError's message is not shown)
     "attack-print-hidden-later": (5, 8),   # double raises (with the hidden input in its message): test_double lost
+    "attack-exit-code-hidden": (2, 8),   # the kernel ends in test_add_one's hidden check: ch1's tests lost, ch2 fine
+    "attack-forged-frame": (5, 8),       # its malformed reply stops the kernel in double's cell: test_double not run
+    "attack-error-name-hidden": (6, 8),  # add_one raises on the hidden input: test_add_one lost
 }
 FORGED_TIMESTAMP = "2001-01-01 00:00:00.000000 UTC\n<script>alert('gradebook')</script>\n"
 # Hand-in times (timestamp.txt) of two students, around the due time test_grading_rules grades with.
@@ -356,6 +391,16 @@ def write_submissions(release_dir: Path, solutions_lab: Path, out_dir: Path) -> 
                         cell.source = ""  # emptied
                 notebook.cells = [c for c in notebook.cells
                                   if c.metadata.get("nbgrader", {}).get("grade_id") != "test_warnings"]  # deleted
+            if name == "ch1" and mutation == "copy-tests":
+                test = next(c for c in notebook.cells
+                            if c.metadata.get("nbgrader", {}).get("grade_id") == "test_double")
+                copy = nbformat.from_dict(json.loads(json.dumps(test)))
+                copy.source = "print('my own experiment, in a copy of the test cell')"
+                unknown = nbformat.from_dict(json.loads(json.dumps(test)))
+                unknown.metadata["nbgrader"]["grade_id"] = "my_test"
+                unknown.source = "open('/tmp/COPIED-CELL-RAN-IN-THE-GRADER', 'w').write('x')"
+                copy["id"], unknown["id"] = "copied-test", "unknown-test"
+                notebook.cells += [copy, unknown]
             if name == "ch1" and mutation == "timestamp":
                 (folder / "timestamp.txt").write_text(FORGED_TIMESTAMP)
             if name == "ch1" and student in TIMESTAMPS:

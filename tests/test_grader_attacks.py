@@ -31,7 +31,7 @@ SUBMISSIONS = ROOT / "autograde" / "demo_submissions"
 GRADER_ATTACKS = {
     "lab01-text-to-tensors": ["attack-borrow-platform-helpers", "attack-tokenizer-guard", "attack-stall",
                               "attack-output-flood", "attack-print-hidden-inputs", "attack-feedback-script",
-                              "attack-print-hidden-inputs-later",
+                              "attack-print-hidden-inputs-later", "attack-fish-expected-values",
                               "attack-module-by-name", "attack-memory-hog", "attack-disk-filler",
                               "attack-process-storm", "attack-forged-timestamp", "attack-hash-bomb"],
     "lab02-prefill-vs-decode": ["attack-lent-model-overload"],
@@ -105,7 +105,8 @@ def test_every_attack_scores_its_spec_and_the_correct_student_full_marks(graded)
                     assert notebook["score"] == notebook["max_score"], (entry["lab"], notebook["name"])
 
 
-@pytest.mark.parametrize("student", ["attack-print-hidden-inputs", "attack-print-hidden-inputs-later"])
+@pytest.mark.parametrize("student", ["attack-print-hidden-inputs", "attack-print-hidden-inputs-later",
+                                     "attack-fish-expected-values"])
 def test_no_hidden_input_reaches_a_feedback_page_or_the_outputs_of_a_graded_notebook(graded, student):
     """One attacker prints its arguments while the checks run; the other keeps them and prints them in
     the next answer cell. Neither output, nor any other cell's, holds a hidden test's input."""

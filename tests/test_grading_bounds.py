@@ -217,6 +217,12 @@ def test_an_output_a_check_printed_keeps_its_text():
     ("9999-01-01 00:00:00 UTC", "", "not a possible hand-in time"),
     ("1970-01-01 00:00:00 UTC", "", "not a possible hand-in time"),
     ("2026-03-01 " + "x" * 5000, "", "not one timestamp"),
+    ("2026-03-01T12:00:00+01:00", "2026-03-01 11:00:00.000000 UTC", None),      # ISO 8601 with its zone
+    # dateutil read these as dates that depend on the day the grader runs, or with the zone backwards:
+    ("12", "", "not a timestamp"),                                                # the 12th of this month
+    ("Jan", "", "not a timestamp"),                                               # today's day in January
+    ("2026-03-01 12:00:00 UTC+14", "", "not a timestamp"),                        # 14 hours west, not east
+    ("\u0662\u0660\u0662\u0666-03-01 12:00", "", "not a timestamp"),              # digits that are not ASCII
 ])
 def test_timestamp_txt_is_parsed_and_checked(tmp_path, text, recorded, problem):
     from autograde.grade_lab import read_timestamp

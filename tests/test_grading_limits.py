@@ -210,6 +210,29 @@ def test_an_assertion_error_the_student_raises_in_a_hidden_check_keeps_its_messa
     assert "the hidden check says so" in error(run_test_cell(own, kernel, {}, timeout=30))
 
 
+def test_a_failing_check_in_a_hidden_region_names_neither_the_inputs_nor_the_expected_value(kernel):
+    """A check's message names the call and the expected value (Lab 0.1's count_parameters said
+    ``count_parameters(ModelConfig(layers=32, hidden=4096, ...))  expected: 6738415616`` to any wrong
+    answer); in a hidden region it is one fixed sentence. Nor can the answer pick the name of the error
+    it raises (``[ValueError, KeyError, ...][x]``), or print only on some inputs (the note is always there)."""
+    from autograde.testcells import HIDDEN_CHECK_FAILED, run_test_cell
+
+    run(kernel, "def count(config):\n    return 5\ndef picky(x):\n    if x != 'visible':\n"
+                "        raise [KeyError, ValueError, OSError][len(x) % 3]()\n    return x\n")
+    hidden = ("from course_lib.checks import expect_equal\nexpect_equal(count('visible'), 5, 'count(visible)')\n"
+              "### BEGIN HIDDEN TESTS\nexpect_equal(count('SECRET-CONFIG-4096'), 6738415616, "
+              "'count(SECRET-CONFIG-4096)')\n### END HIDDEN TESTS\n")
+    outputs = run_test_cell(hidden, kernel, {}, timeout=30)
+    assert "SECRET" not in json.dumps(outputs) and "6738415616" not in json.dumps(outputs)
+    assert error(outputs) == f"CheckFailed: {HIDDEN_CHECK_FAILED}"
+    picked = run_test_cell("### BEGIN HIDDEN TESTS\npicky('SECRET-INPUT-5')\n### END HIDDEN TESTS\n", kernel, {},
+                           timeout=30)
+    assert "OSError" not in json.dumps(picked) and error(picked).startswith("Error: your code raised an exception")
+    silent = run_test_cell("### BEGIN HIDDEN TESTS\nassert count(1) == 5\n### END HIDDEN TESTS\n", kernel, {},
+                           timeout=30)
+    assert "during hidden checks is not shown" in text(silent), "the note does not depend on a print"
+
+
 def test_require_own_implementation_asks_the_kernel_where_the_code_comes_from(kernel):
     from course_lib.checks import CheckFailed, register_reference_names, require_own_implementation
 

@@ -18,9 +18,11 @@ from autograde.preprocessors import strip_hidden_tests
 from tests.grading_fixture import DUE, EXPECTED_CPU, HIDDEN_MARKER, LAB, LIMITS, write_fixture_lab, write_submissions
 
 pytestmark = pytest.mark.slow
-GPU_CHECK_PASSES = {"correct", "noisy", "tampered", "wrong-hidden", "attack-fake-gpu", "attack-lying-eq",
+GPU_CHECK_PASSES = {"correct", "noisy", "tampered", "copied-test-cells", "wrong-hidden", "attack-fake-gpu",
+                    "attack-lying-eq",
                     "attack-read-secrets", "attack-write-outside", "attack-disk-filler", "attack-output-flood",
-                    "attack-print-hidden", "attack-feedback-script", "attack-forged-timestamp", "attack-assert-hidden"}
+                    "attack-print-hidden", "attack-feedback-script", "attack-forged-timestamp", "attack-assert-hidden",
+                    "attack-error-name-hidden"}
 GPU = False
 try:
     import torch
@@ -328,6 +330,46 @@ def test_what_an_answer_kept_from_a_hidden_check_is_not_shown_in_a_later_cell(gr
     assert {o["ename"] for o in outputs if o["output_type"] == "error"} <= {"Error", "CheckFailed", "NeedsGPU"}, outputs
     assert "hidden checks have called your code earlier in this notebook" in page
     assert "your code raised an exception here" in page
+
+
+@pytest.mark.parametrize("student", ["attack-exit-code-hidden", "attack-forged-frame", "attack-error-name-hidden"])
+def test_how_the_kernel_died_or_what_it_raised_carries_no_hidden_input(graded, student):
+    """The grader's own words about a cell quoted what the answer chose: the exit code of os._exit(41),
+    a malformed message the kernel forged on the channel, the name of the built-in error it picked with
+    the hidden input. From the first hidden check on they are fixed sentences."""
+    import builtins
+
+    root, _, _ = graded
+    errors = sorted(n for n in dir(builtins) if n.endswith("Error") and isinstance(getattr(builtins, n), type))
+    graded_notebook = json.loads((root / "out" / "autograded" / student / LAB / "ch1.ipynb").read_text())
+    outputs = json.dumps([c.get("outputs", []) for c in graded_notebook["cells"]])
+    for text in (feedback_page(root, student), outputs, (root / "out" / "report.json").read_text(),
+                 (root / "out" / "results" / LAB / f"{student}.json").read_text(),
+                 (root / "out" / "grades.csv").read_text()):
+        assert "code 41" not in text and "[1, 41" not in text
+    assert errors[41 % len(errors)] not in outputs
+    assert "exited with code" not in outputs and "sent a malformed message" not in outputs
+
+
+def test_a_copied_test_cell_is_the_students_own_cell(graded):
+    """Copying a test cell in Jupyter copies its nbgrader metadata; nbgrader then failed the whole lab
+    (a graded cell with no grade_id). The copies run in the kernel, never in the grader."""
+    _, _, report = graded
+    entry = by_student(report)["copied-test-cells"]
+    assert all(notebook["status"] == "graded" for notebook in entry["notebooks"])
+    assert not Path("/tmp/COPIED-CELL-RAN-IN-THE-GRADER").exists()
+
+
+def test_no_cell_timing_is_kept_once_hidden_checks_have_run(graded):
+    """How long a cell took is the answer's to choose (time.sleep(x / 10)): no timings from the first
+    hidden check on, in the graded notebook."""
+    root, _, _ = graded
+    notebook = json.loads((root / "out" / "autograded" / "attack-print-hidden-later" / LAB / "ch1.ipynb").read_text())
+    code = [c for c in notebook["cells"] if c["cell_type"] == "code"]
+    first_hidden = next(i for i, c in enumerate(code)
+                        if c["metadata"].get("nbgrader", {}).get("grade_id") == "test_add_one")
+    assert "execution" in code[0]["metadata"]
+    assert not any("execution" in c["metadata"] for c in code[first_hidden:])
 
 
 def test_feedback_pages_run_no_script_and_show_the_graders_verdict(graded):

@@ -162,6 +162,36 @@ def test_withheld_errors_keep_only_the_graders_words():
     assert "41" not in str(shown) and [o["output_type"] for o in shown] == ["stream"]
     shown = withhold_cell_outputs(kernel_outputs, limits, timed_out=True, timeout=30)
     assert "41" not in str(shown) and shown[-1]["ename"] == "CellTimeoutError" and "30 s" in shown[-1]["evalue"]
+    # Printing or raising, or not, is a bit the answer chooses: every answer cell shows the same note.
+    quiet = withhold_cell_outputs([], limits, timed_out=False, timeout=30)
+    raised = withhold_cell_outputs([{"output_type": "error", "ename": "NotImplementedError", "evalue": "",
+                                     "traceback": []}], limits, timed_out=False, timeout=30)
+    assert quiet == raised == withhold_cell_outputs(kernel_outputs[:1], limits, timed_out=False, timeout=30)
+
+
+def test_a_withheld_death_keeps_only_the_limit_that_caused_it():
+    """The grader's sentence about a dead kernel holds what the answer chose: os._exit(41), the signal it
+    sent itself, a message it forged on the channel, how much it held past a limit."""
+    from autograde.withhold import KERNEL_STOPPED, KERNEL_STOPPED_LATE, withhold_death
+    from course_lib.runner.limits import KernelLimits
+    from course_lib.runner.watchdog import limit_message
+
+    limits = KernelLimits()
+    died = {
+        "the kernel died while running this cell (exited with code 41: os._exit, a crash)": KERNEL_STOPPED,
+        "the kernel died while running this cell (killed by signal 41: os._exit)": KERNEL_STOPPED,
+        "the kernel sent a malformed message (reply to request 'SECRET 41' while waiting for 7) and was stopped":
+            KERNEL_STOPPED,
+        f"{limit_message('memory', limits)} (the kernel's processes held 4.1 GB)":
+            f"{limit_message('memory', limits)}: the kernel was stopped while running this cell; the cells after "
+            "it were not run",
+        "the cell ran past its 30 s limit and the kernel did not stop when interrupted, so it was stopped "
+        "(process limit of 512 reached: 541 processes and threads)": KERNEL_STOPPED_LATE,
+    }
+    for evalue, expected in died.items():
+        shown = withhold_death({"output_type": "error", "ename": "KernelDied", "evalue": evalue,
+                                "traceback": [evalue]}, limits)
+        assert shown["evalue"] == expected and "41" not in str(shown), evalue
 
 
 def test_due_times_parse_per_lab_and_refuse_what_is_not_a_time():
