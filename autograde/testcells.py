@@ -244,8 +244,8 @@ def _error_output(error: BaseException, kernel: StudentKernel, timeout: float, *
         # expected value (the answer for the hidden input); another error of the check's code may quote
         # what the answer returned. Only an assert of the test code keeps its own words.
         failed = isinstance(error, AssertionError)
-        return {"output_type": "error", "ename": "CheckFailed" if failed else "Error",
-                "evalue": HIDDEN_CHECK_FAILED if failed else HIDDEN_CHECK_ERROR, "traceback": []}
+        ename, evalue = ("CheckFailed", HIDDEN_CHECK_FAILED) if failed else ("Error", HIDDEN_CHECK_ERROR)
+        return {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": [f"{ename}: {evalue}"]}
     ename = error.ename if isinstance(error, StudentError) else type(error).__name__
     evalue = str(error)
     if isinstance(error, StudentError) and evalue.startswith(f"{ename}: "):
