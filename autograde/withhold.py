@@ -91,6 +91,9 @@ def withhold_death(output: dict, limits: KernelLimits) -> dict:
     else:
         if evalue.startswith(("the cell ran past its", "the kernel stopped reading")):
             shown = KERNEL_STOPPED_LATE
+            processes = limit_message("processes", limits)
+            if f"({processes}:" in evalue:   # the watchdog saw it at the process limit: the grader's words
+                shown = f"{processes}: {shown}"
         elif evalue.startswith("limit of ") and " files in the scratch folder reached" in evalue:
             shown = evalue.split(" reached")[0] + " reached: the kernel was stopped; the cells after it were not run"
     return {"output_type": "error", "ename": "KernelDied", "evalue": shown, "traceback": [shown]}

@@ -186,7 +186,8 @@ def test_a_withheld_death_keeps_only_the_limit_that_caused_it():
             f"{limit_message('memory', limits)}: the kernel was stopped while running this cell; the cells after "
             "it were not run",
         "the cell ran past its 30 s limit and the kernel did not stop when interrupted, so it was stopped "
-        "(process limit of 512 reached: 541 processes and threads)": KERNEL_STOPPED_LATE,
+        "(process limit of 512 reached: 541 processes and threads)":   # the limit stays, the count goes
+            f"{limit_message('processes', limits)}: {KERNEL_STOPPED_LATE}",
     }
     for evalue, expected in died.items():
         shown = withhold_death({"output_type": "error", "ename": "KernelDied", "evalue": evalue,
@@ -227,3 +228,4 @@ def test_lateness_is_the_claims_and_the_table_says_so():
     assert late_note(late, DueTimes()) is None
     table = score_table([late, on_time, unknown], due)
     assert "late by 2 h 05 min (claimed)" in table and "lateness unknown" in table
+
