@@ -93,6 +93,21 @@ def solution_answer(source: str) -> str:
     return SOLUTION_REGION.sub("", source).rstrip("\n")
 
 
+def solution_cell(lab: str, notebook: str, grade_id: str, solutions: Path | None = None) -> str:
+    """One answer cell of ``solutions/<lab>/<notebook>.ipynb`` as an honest student would write it:
+    the reference with its SOLUTION marker lines removed (what the attack specs build on)."""
+    import json
+
+    from autograde.layout import find_repo_root
+
+    path = (solutions or find_repo_root() / "solutions") / lab / f"{notebook}.ipynb"
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    source = next("".join(cell["source"]) for cell in cells
+                  if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id)
+    return "\n".join(line for line in source.splitlines()
+                     if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line)
+
+
 def build_submission(release_nb, solution_nb, student: DemoStudent, notebook_name: str):
     """The release notebook with its answer cells filled in as the demo student would have."""
     submission = copy.deepcopy(release_nb)

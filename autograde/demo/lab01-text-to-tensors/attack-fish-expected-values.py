@@ -1,19 +1,13 @@
 """Demo student: answers right only where it can be checked at home, to read the hidden answers off its feedback (02_training_vs_inference)."""
 
-import json
-from pathlib import Path
+from autograde.demos import solution_cell
 
 LAB = "lab01-text-to-tensors"
 
 
 def _solution(notebook: str, grade_id: str) -> str:
     """The reference answer of one answer cell: what an honest student wrote there."""
-    path = Path(__file__).resolve().parents[3] / "solutions" / LAB / f"{notebook}.ipynb"
-    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    source = next("".join(cell["source"]) for cell in cells
-                  if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id)
-    return "\n".join(line for line in source.splitlines() if "### BEGIN SOLUTION" not in line
-                     and "### END SOLUTION" not in line)
+    return solution_cell(LAB, notebook, grade_id)
 
 
 DESCRIPTION = (
