@@ -53,6 +53,12 @@ def _error(ename: str, evalue: str) -> dict:
             "traceback": [f"{ename}: {evalue}" if evalue else ename]}
 
 
+def _limit_named(evalue: str, limits: KernelLimits) -> str | None:
+    """The limit sentence an error's message starts with (the grader's words), if any."""
+    return next((limit_message(name, limits) for name in LIMITS if evalue.startswith(limit_message(name, limits))),
+                None)
+
+
 def withhold_error(output: dict, limits: KernelLimits, *, trusted: bool = False, peak_processes: int = 0) -> dict:
     """An error output reduced to what the grader knows, in its own words.
 
@@ -63,10 +69,8 @@ def withhold_error(output: dict, limits: KernelLimits, *, trusted: bool = False,
         return output
     output = name_the_limit(output, limits, peak_processes)
     ename, evalue = str(output.get("ename", "")), str(output.get("evalue", ""))
-    for name in LIMITS:
-        message = limit_message(name, limits)
-        if evalue.startswith(message):
-            return _error("Error", message)
+    if limit := _limit_named(evalue, limits):
+        return _error("Error", limit)
     if ename == "NotImplementedError" and not evalue:
         return _error(ename, "")            # the stub's own signal: "not attempted"
     if ename in FAILED_CHECK_NAMES:
@@ -83,19 +87,15 @@ def withhold_death(output: dict, limits: KernelLimits) -> dict:
     """
     evalue = str(output.get("evalue", ""))
     shown = KERNEL_STOPPED
-    for name in LIMITS:
-        message = limit_message(name, limits)
-        if evalue.startswith(message):
-            shown = f"{message}: the kernel was stopped while running this cell; the cells after it were not run"
-            break
-    else:
-        if evalue.startswith(("the cell ran past its", "the kernel stopped reading")):
-            shown = KERNEL_STOPPED_LATE
-            processes = limit_message("processes", limits)
-            if f"({processes}:" in evalue:   # the watchdog saw it at the process limit: the grader's words
-                shown = f"{processes}: {shown}"
-        elif evalue.startswith("limit of ") and " files in the scratch folder reached" in evalue:
-            shown = evalue.split(" reached")[0] + " reached: the kernel was stopped; the cells after it were not run"
+    if limit := _limit_named(evalue, limits):
+        shown = f"{limit}: the kernel was stopped while running this cell; the cells after it were not run"
+    elif evalue.startswith(("the cell ran past its", "the kernel stopped reading")):
+        shown = KERNEL_STOPPED_LATE
+        processes = limit_message("processes", limits)
+        if f"({processes}:" in evalue:   # the watchdog saw it at the process limit: the grader's words
+            shown = f"{processes}: {shown}"
+    elif evalue.startswith("limit of ") and " files in the scratch folder reached" in evalue:
+        shown = evalue.split(" reached")[0] + " reached: the kernel was stopped; the cells after it were not run"
     return {"output_type": "error", "ename": "KernelDied", "evalue": shown, "traceback": [shown]}
 
 
