@@ -17,6 +17,9 @@ falls on different notebooks rather than on all runs of one. A claim that was no
 skips on purpose (``skip_claim``: this machine cannot measure it) is listed apart with its reason.
 Lab 0.3's claims are about a GPU; on a machine without one its notebooks are skipped with that
 reason unless named.
+
+A long run can be stopped: Ctrl-C (or SIGTERM) ends it after the notebook in progress, and the table
+counts the rounds that completed (``--log`` has kept their claims as each round ended).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import json
 import multiprocessing
 import os
 import platform
+import signal
 import sys
 import tempfile
 import time
@@ -38,6 +42,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_LABS = ("lab02-prefill-vs-decode", "lab04-faster-decoding", "lab05-serving")
 GPU_LABS = ("lab03-kernels",)
 TARGET = 0.9
+
+
+def _stop_on_term(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _spin() -> None:
@@ -110,50 +118,90 @@ def main(argv: list[str] | None = None) -> int:
         if skipped:
             print(f"skipped {len(skipped)} notebooks of {', '.join(GPU_LABS)}: their claims are about a GPU and "
                   f"this machine has none")
+    if args.log:
+        args.log.write_text("")
     spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(args.busy)]
     for spinner in spinners:
         spinner.start()
-    tallies: dict[tuple[str, str], Tally] = defaultdict(Tally)
-    skipped_claims: dict[tuple[str, str], str] = {}
-    seconds: dict[str, list[float]] = defaultdict(list)
-    problems: list[str] = []
+    # after the spinners start, so that terminating them stays quiet
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a job started with & ignores Ctrl-C otherwise
+    signal.signal(signal.SIGTERM, _stop_on_term)
     started = time.perf_counter()
     try:
-        with tempfile.TemporaryDirectory(prefix="course-claims-") as scratch:
-            for run in range(args.runs):
-                for path in notebooks:
-                    name = f"{path.parent.name}/{path.stem}"
-                    log = Path(scratch) / f"run{run}.jsonl"
-                    before = len(_read_log(log))
-                    elapsed, failures = _run_notebook(path, log, args.timeout)
-                    seconds[name].append(elapsed)
-                    problems += [f"run {run + 1}: {failure}" for failure in failures]
-                    for record in _read_log(log)[before:]:
-                        if record.get("skipped"):
-                            skipped_claims[(name, record["statement"])] = record["skipped"]
-                            continue
-                        tally = tallies[(name, record["statement"])]
-                        tally.runs.add(run)
-                        tally.held += bool(record["held"])
-                        tally.measured.append(record.get("measured", ""))
-                    print(f"run {run + 1}/{args.runs} {name}: {elapsed:.0f} s"
-                          f"{f', {len(failures)} failing cells' if failures else ''}", flush=True)
-            if args.log:
-                args.log.write_text("".join(Path(scratch, f"run{run}.jsonl").read_text()
-                                            for run in range(args.runs) if Path(scratch, f"run{run}.jsonl").exists()))
+        rounds = run_rounds(notebooks, args.runs, lambda path, log: _run_notebook(path, log, args.timeout), args.log)
     finally:
         for spinner in spinners:
             spinner.terminate()
-    table = _table(tallies, seconds, args.runs, skipped_claims)
+    if rounds.done < args.runs:
+        print(f"\nstopped after {rounds.done} complete rounds of {args.runs}; the table counts those", flush=True)
+    runs = rounds.done
+    if runs == 0:
+        print("no round completed: nothing to count")
+        return 1
+    table = _table(rounds.tallies, rounds.seconds, runs, rounds.skipped)
     header = (f"{date.today().isoformat()}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-              f"{args.busy} busy loops, {args.runs} runs, {(time.perf_counter() - started) / 60:.0f} min")
+              f"{args.busy} busy loops, {runs} runs, {(time.perf_counter() - started) / 60:.0f} min")
     print("\n" + header + "\n" + table)
-    if problems:
-        print("\nfailing cells:\n  " + "\n  ".join(problems[:40]))
+    if rounds.problems:
+        print("\nfailing cells:\n  " + "\n  ".join(rounds.problems[:40]))
     if args.markdown:
         args.markdown.write_text(header + "\n\n" + table + "\n")
-    below = [key for key, tally in tallies.items() if tally.held < TARGET * args.runs]
-    return 1 if below or problems else 0
+    below = [key for key, tally in rounds.tallies.items() if tally.held < TARGET * runs]
+    return 1 if below or rounds.problems or runs < args.runs else 0
+
+
+@dataclass
+class Rounds:
+    """What the complete rounds measured: a round interrupted half-way counts for nothing."""
+
+    done: int = 0
+    tallies: dict = field(default_factory=lambda: defaultdict(Tally))
+    skipped: dict = field(default_factory=dict)
+    seconds: dict = field(default_factory=lambda: defaultdict(list))
+    problems: list = field(default_factory=list)
+
+    def add(self, run: int, name: str, records: list[dict]) -> None:
+        for record in records:
+            if record.get("skipped"):
+                self.skipped[(name, record["statement"])] = record["skipped"]
+                continue
+            tally = self.tallies[(name, record["statement"])]
+            tally.runs.add(run)
+            tally.held += bool(record["held"])
+            tally.measured.append(record.get("measured", ""))
+
+
+def run_rounds(notebooks: list[Path], runs: int, run_one, keep_log: Path | None = None) -> Rounds:
+    """Run every notebook once per round, ``runs`` rounds; Ctrl-C stops after counting the complete rounds.
+
+    ``run_one(path, log) -> (seconds, failures)`` runs one notebook with its claims appended to
+    ``log``. With ``keep_log``, each complete round's claim records are appended there as the round
+    ends, so a long run that is stopped keeps what it measured.
+    """
+    rounds = Rounds()
+    with tempfile.TemporaryDirectory(prefix="course-claims-") as scratch:
+        try:
+            for run in range(runs):
+                log = Path(scratch) / f"run{run}.jsonl"
+                measured = []
+                for path in notebooks:
+                    name = f"{path.parent.name}/{path.stem}"
+                    before = len(_read_log(log))
+                    elapsed, failures = run_one(path, log)
+                    measured.append((name, elapsed, failures, _read_log(log)[before:]))
+                    print(f"run {run + 1}/{runs} {name}: {elapsed:.0f} s"
+                          f"{f', {len(failures)} failing cells' if failures else ''}", flush=True)
+                for name, elapsed, failures, records in measured:
+                    rounds.seconds[name].append(elapsed)
+                    rounds.problems += [f"run {run + 1}: {failure}" for failure in failures]
+                    rounds.add(run, name, records)
+                rounds.done += 1
+                if keep_log and log.exists():
+                    with keep_log.open("a", encoding="utf-8") as out:
+                        out.write(log.read_text(encoding="utf-8"))
+        except KeyboardInterrupt:
+            pass
+    return rounds
 
 
 def _table(tallies: dict, seconds: dict, runs: int, skipped: dict | None = None) -> str:
