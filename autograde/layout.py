@@ -86,10 +86,30 @@ def kernel_environment(threads: int | None = None) -> dict[str, str]:
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    matplotlib_folder = _matplotlib_folder()
+    if matplotlib_folder is not None:
+        env.setdefault("MPLCONFIGDIR", str(matplotlib_folder))
     env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
     if not gpu_available():
         env["TRITON_INTERPRET"] = "1"
     return env
+
+
+def _matplotlib_folder() -> Path | None:
+    """Matplotlib's settings and font cache for kernels of this Python, or None if it cannot be made.
+
+    Not the shared ``~/.cache/matplotlib``: another install (a deleted clone's virtual environment,
+    a system Python) can leave a font list there without matplotlib's bundled fonts, and then every
+    plot warns "findfont: Font family ... not found" on stderr, which fails the cell.
+    """
+    from course_lib.disk_cache import cache_folder, fingerprint
+
+    folder = cache_folder() / "matplotlib" / fingerprint(sys.prefix)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return folder if os.access(folder, os.W_OK) else None
 
 
 _EMPTY_GRADEBOOK: list[bytes] = []   # made once per process

@@ -229,3 +229,44 @@ def test_lateness_is_the_claims_and_the_table_says_so():
     table = score_table([late, on_time, unknown], due)
     assert "late by 2 h 05 min (claimed)" in table and "lateness unknown" in table
 
+
+
+_LOG_PLOT = """
+import io, matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+figure, axis = plt.subplots()
+axis.plot([1, 10, 100], [1e-3, 1e-1, 1e1])
+axis.set_yscale("log")
+figure.savefig(io.BytesIO(), format="png")
+"""
+
+
+def test_notebook_kernels_ignore_a_font_list_left_by_another_matplotlib(tmp_path, monkeypatch):
+    """A shared ~/.cache/matplotlib written by a deleted install lists no bundled fonts; kernels use their own."""
+    import subprocess
+    import sys
+
+    import matplotlib.font_manager as font_manager
+
+    from autograde.layout import kernel_environment
+
+    shared = tmp_path / "xdg-cache" / "matplotlib"
+    shared.mkdir(parents=True)
+    poisoned = font_manager.FontManager()
+    poisoned.ttflist = [font for font in poisoned.ttflist if "mpl-data" not in font.fname]
+    font_manager.json_dump(poisoned, shared / f"fontlist-v{font_manager.FontManager.__version__}.json")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    monkeypatch.setenv("COURSE_CACHE_DIR", str(tmp_path / "course-cache"))
+    monkeypatch.delenv("MPLCONFIGDIR", raising=False)
+
+    environment = kernel_environment()
+    assert environment["MPLCONFIGDIR"].startswith(str(tmp_path / "course-cache"))
+    ours = subprocess.run([sys.executable, "-c", _LOG_PLOT], env=environment, capture_output=True, text=True,
+                          timeout=120)
+    assert ours.returncode == 0 and "findfont" not in ours.stderr, ours.stderr
+    # The same plot reading the shared folder warns: the poisoned list is a real hazard.
+    shared_environment = {name: value for name, value in environment.items() if name != "MPLCONFIGDIR"}
+    theirs = subprocess.run([sys.executable, "-c", _LOG_PLOT], env=shared_environment, capture_output=True,
+                            text=True, timeout=120)
+    assert "findfont" in theirs.stderr, "the poisoned font list did not poison: this test shows nothing"
