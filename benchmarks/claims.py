@@ -56,7 +56,6 @@ def _spin() -> None:
 @dataclass
 class Tally:
     held: int = 0
-    runs: set = field(default_factory=set)
     measured: list = field(default_factory=list)
 
 
@@ -160,13 +159,12 @@ class Rounds:
     seconds: dict = field(default_factory=lambda: defaultdict(list))
     problems: list = field(default_factory=list)
 
-    def add(self, run: int, name: str, records: list[dict]) -> None:
+    def add(self, name: str, records: list[dict]) -> None:
         for record in records:
             if record.get("skipped"):
                 self.skipped[(name, record["statement"])] = record["skipped"]
                 continue
             tally = self.tallies[(name, record["statement"])]
-            tally.runs.add(run)
             tally.held += bool(record["held"])
             tally.measured.append(record.get("measured", ""))
 
@@ -194,7 +192,7 @@ def run_rounds(notebooks: list[Path], runs: int, run_one, keep_log: Path | None 
                 for name, elapsed, failures, records in measured:
                     rounds.seconds[name].append(elapsed)
                     rounds.problems += [f"run {run + 1}: {failure}" for failure in failures]
-                    rounds.add(run, name, records)
+                    rounds.add(name, records)
                 rounds.done += 1
                 if keep_log and log.exists():
                     with keep_log.open("a", encoding="utf-8") as out:
