@@ -248,14 +248,20 @@ def spec_table(rows: list[SpecComparison]) -> str:
 # make demo: a small class that shows the whole job in minutes
 # --------------------------------------------------------------------------------------------
 
-# The chapter of each lab that ``make demo`` hands in for correct, blank and one buggy student: a
-# short notebook to grade (measured: see README "make demo"). make demo-all grades every demo student.
+# The chapter of each lab that ``make demo`` hands in for correct, blank and one buggy student, and
+# that CI takes through the term (tests/test_term.py): the quickest notebook of each lab to check
+# and grade. `course check` of the reference answers took, on the 2-core build machine (2026-11-26):
+# lab01 01_tokenization 12 s, lab02 02_prefill 14 s (its zip holds 01_autoregression too, 27 s: it
+# imports its answers, so CI also takes a chapter that builds on another), lab03 01_triton_basics
+# 7 s, lab04 01_weight_quantization 18 s, lab05 01_metrics_from_the_wire 21 s. (The longest:
+# lab04 04_drafts 88 s, lab05 02_load 82 s, lab05 03_admission 71 s.) make demo-all grades every
+# demo student, make test-full takes every chapter through the term.
 QUICK_DEMO_CHAPTERS = {
-    "lab01-text-to-tensors": "02_training_vs_inference",
+    "lab01-text-to-tensors": "01_tokenization",
     "lab02-prefill-vs-decode": "02_prefill",
-    "lab03-kernels": "02_fused_rmsnorm",
-    "lab04-faster-decoding": "03_speculative_sampling",
-    "lab05-serving": "03_admission",
+    "lab03-kernels": "01_triton_basics",
+    "lab04-faster-decoding": "01_weight_quantization",
+    "lab05-serving": "01_metrics_from_the_wire",
 }
 QUICK_DEMO_ATTACK = "attack-borrow-the-reference"
 

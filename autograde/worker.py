@@ -104,10 +104,12 @@ def prepared_lab(bundle: LabBundle, timeout: int, locked_labs: tuple[str, ...]) 
     from autograde.edition import build_edition
     from autograde.layout import Workspace
     from autograde.release import generate_release
+    from course_lib.runner.sandbox import fill_shared_cache
 
     key = (bundle.lab, bundle.digest, int(timeout), tuple(locked_labs))
     if key in _PREPARED:
         return _PREPARED[key]
+    fill_shared_cache()   # before the first kernel: graded kernels only read the cache
     root = _worker_root() / f"{bundle.lab}-{bundle.digest[:12]}-{int(timeout)}-{len(_PREPARED)}"
     solutions_dir = root / "private" / "solutions"
     bundle.write(solutions_dir)

@@ -31,7 +31,7 @@ from typing import Callable
 import numpy as np
 
 __all__ = ["CACHE_ENVIRONMENT", "cache_folder", "cached_array", "cached_text", "file_fingerprint", "fingerprint",
-           "read_array", "read_text"]
+           "holds_array", "read_array", "read_text"]
 
 CACHE_ENVIRONMENT = "COURSE_CACHE_DIR"
 _TEXT_MAGIC = b"course-cache-text-v1\n"
@@ -151,6 +151,12 @@ def cached_array(name: str, key: str, build: Callable[[], np.ndarray]) -> np.nda
     array = np.ascontiguousarray(build())
     _write_atomically(path, lambda file: np.save(file, array, allow_pickle=False))
     return array
+
+
+def holds_array(name: str, key: str) -> bool:
+    """Whether an array is stored as ``name`` under ``key`` (without reading it: a damaged entry is
+    found, and rebuilt, by the reader)."""
+    return _entry("arrays", name, key, ".npy").is_file()
 
 
 def read_array(name: str, key: str) -> np.ndarray | None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import html.parser
 import http.server
-import inspect
 import io
 import re
 import shutil
@@ -38,7 +37,6 @@ FIGURE_DIRECTIVE = re.compile(r"^```\{viz-figure\}\s+(\w+)", re.MULTILINE)
 LAB_REFERENCE = re.compile(r"\{ref\}`[^`<]*<([\w-]+)>`")
 # The strings that must never reach a student: nbgrader's solution and hidden-test markers.
 LEAK_MARKERS = ("BEGIN HIDDEN TESTS", "### BEGIN SOLUTION")
-CPU_SECONDS_PER_FIGURE = 2.0
 CHROMIUM = shutil.which("chromium")
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install chromium; `make test` tries)"
@@ -59,34 +57,22 @@ def _figure_functions_in_book() -> list[str]:
     return sorted(names)
 
 
-def _public_figure_functions() -> list[str]:
-    return sorted(
-        name
-        for name, function in inspect.getmembers(viz, inspect.isfunction)
-        if function.__module__ == viz.__name__ and not name.startswith("_")
-        and inspect.signature(function).return_annotation == "Figure"
-    )
-
-
 # ---- figures ---------------------------------------------------------------------------------
 
 
 def test_every_book_figure_exists_in_viz():
     used = _figure_functions_in_book()
     assert used, "the book draws no viz-figure at all"
-    missing = sorted(set(used) - set(_public_figure_functions()))
+    missing = sorted(set(used) - set(viz.figure_names()))
     assert not missing, f"chapters call figure functions that course_lib.viz lacks: {missing}"
 
 
-@pytest.mark.parametrize("name", _public_figure_functions())
-def test_figure_is_fast_labelled_and_renders(name):
-    started = time.process_time()
+@pytest.mark.parametrize("name", viz.figure_names())
+def test_figure_is_labelled_and_renders(name):
+    # How long each figure takes is measured in benchmarks/book_figures.py, not here.
     figure = getattr(viz, name)()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
-    cpu_seconds = time.process_time() - started
-    # CPU time, not wall time: the machine may be shared, the work per figure is what we bound.
-    assert cpu_seconds < CPU_SECONDS_PER_FIGURE, f"{name} took {cpu_seconds:.2f} s of CPU"
     assert buffer.getvalue()[:8] == b"\x89PNG\r\n\x1a\n"
     for axes in figure.axes:
         twins = [other for other in axes.get_shared_x_axes().get_siblings(axes) if other is not axes]

@@ -217,3 +217,73 @@ def test_a_warm_cache_loads_the_model_without_parsing_the_gguf_header(cache, mon
         assert torch.equal(first[name], second[name]), name
     for cached in (gguf_file._read_metadata, gguf_file._read_tokenizer_metadata, model.read_gguf_weights):
         cached.cache_clear()  # the next test must not keep weights read from this test's folder
+
+
+# ---- filling the cache before graded kernels start ---------------------------------------------
+
+
+def _tiny_gguf(path) -> dict[str, np.ndarray]:
+    """A GGUF file of two small tensors (fp32 and fp16), written by the gguf package; returns them."""
+    import gguf
+
+    tensors = {"tiny.weight": np.arange(12, dtype=np.float32).reshape(3, 4),
+               "tiny.norm": np.linspace(0.5, 1.5, 8).astype(np.float16)}
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for name, array in tensors.items():
+        writer.add_tensor(name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return tensors
+
+
+def test_filling_the_cache_dequantizes_each_tensor_once_and_then_reads_without_the_header(cache, tmp_path,
+                                                                                           monkeypatch):
+    from course_lib import gguf_file
+
+    tensors = _tiny_gguf(tmp_path / "tiny.gguf")
+    assert gguf_file.fill_disk_cache(tmp_path / "tiny.gguf") == 2
+    assert gguf_file.fill_disk_cache(tmp_path / "tiny.gguf") == 0   # full: nothing is dequantized again
+
+    def no_parsing(*args, **kwargs):
+        raise AssertionError("the GGUF header was parsed although the cache was filled")
+
+    monkeypatch.setattr(gguf_file, "open_gguf", no_parsing)
+    for name, array in tensors.items():
+        np.testing.assert_array_equal(gguf_file.dequantize_by_name(name, tmp_path / "tiny.gguf"),
+                                      array.astype(np.float32))
+
+
+def test_the_grader_fills_the_shared_cache_once_per_process_under_a_lock(cache, monkeypatch):
+    """Graded kernels only read the cache: the grader fills it (model and corpus) before the first one."""
+    from course_lib import corpus, gguf_file
+    from course_lib.runner import sandbox
+
+    calls = []
+    monkeypatch.setattr(gguf_file, "fill_disk_cache", lambda: calls.append("model") or 0)
+    monkeypatch.setattr(corpus, "load_corpus", lambda name: calls.append(name) or "")
+    sandbox.fill_shared_cache.cache_clear()
+    try:
+        assert sandbox.fill_shared_cache() and sandbox.fill_shared_cache()
+        assert calls == ["model", "stdlib-docstrings"], "filled once per process, model and corpus"
+        assert (cache / ".filling.lock").is_file()
+    finally:
+        sandbox.fill_shared_cache.cache_clear()
+
+
+def test_a_missing_model_leaves_the_corpus_filled_and_the_grader_running(cache, monkeypatch):
+    from course_lib import corpus, gguf_file
+    from course_lib.runner import sandbox
+
+    def missing():
+        raise gguf_file.ModelFileMissing("no model here")
+
+    filled = []
+    monkeypatch.setattr(gguf_file, "fill_disk_cache", missing)
+    monkeypatch.setattr(corpus, "load_corpus", lambda name: filled.append(name) or "")
+    sandbox.fill_shared_cache.cache_clear()
+    try:
+        assert sandbox.fill_shared_cache() is True and filled == ["stdlib-docstrings"]
+    finally:
+        sandbox.fill_shared_cache.cache_clear()

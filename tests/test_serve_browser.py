@@ -282,7 +282,8 @@ def test_the_engine_view_shows_queues_and_blocks_change_under_load(served, open_
         first_step = page.evaluate(drawn_step)
         shots = [panel.screenshot(path=str(tmp_path / "engine-1.png"))]
         pool_shots = [panel.locator(".pool canvas").screenshot()]
-        page.wait_for_function(f"() => {drawn_step} >= {first_step + 20} && {drawn_running} >= 1", timeout=60_000)
+        # Only the step: on a loaded machine the page may next draw after the last request has ended.
+        page.wait_for_function(f"() => {drawn_step} >= {first_step + 20}", timeout=60_000)
         shots.append(panel.screenshot(path=str(tmp_path / "engine-2.png")))
         pool_shots.append(panel.locator(".pool canvas").screenshot())
         out, err = loadtest.communicate(timeout=120)

@@ -38,9 +38,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["Isolation", "SandboxPlan", "default_plan", "detect_isolation", "kernel_environment", "kernel_python",
-           "kernel_uid", "readable_to_all",
-           "shared_cache", "shm_bytes", "wrap_command"]
+__all__ = ["Isolation", "SandboxPlan", "default_plan", "detect_isolation", "fill_shared_cache", "kernel_environment",
+           "kernel_python", "kernel_uid", "readable_to_all", "shared_cache", "shm_bytes", "wrap_command"]
 
 BUBBLEWRAP, UNSHARE, NONE = "bubblewrap", "unshare", "none"
 
@@ -153,6 +152,39 @@ def shared_cache() -> Path | None:
         return None
     readable_to_all(folder)
     return folder.resolve()
+
+
+@lru_cache(maxsize=1)
+def fill_shared_cache() -> bool:
+    """Fill the shared cache with the public artifacts kernels read (SmolLM2's header and weights
+    dequantized, the ``stdlib-docstrings`` corpus), once per process; False if there is no cache.
+
+    Graded kernels cannot write the cache, so on a new machine each one would build its own copy
+    (about 10 s of CPU and half a gigabyte per kernel that loads the model). Grading workers call
+    this before their first kernel: the first one builds the entries while a lock holds the others,
+    which then find them made. A missing model file is left for the notebook that loads it to report.
+    """
+    import fcntl
+
+    from course_lib.corpus import load_corpus
+    from course_lib.gguf_file import ModelFileMissing, fill_disk_cache
+
+    folder = shared_cache()
+    try:
+        lock = open(folder / ".filling.lock", "a") if folder is not None else None
+    except OSError:
+        lock = None
+    if lock is None:
+        return False
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # released when the file closes
+        try:
+            fill_disk_cache()
+        except ModelFileMissing:
+            pass
+        load_corpus("stdlib-docstrings")
+    readable_to_all(folder)
+    return True
 
 
 def readable_to_all(folder: Path) -> None:

@@ -1315,3 +1315,13 @@ def coalescing_efficiency(max_stride: int = 16, element_bytes: int = 4) -> Figur
     ax.set_ylabel("useful share of the bytes moved (%)")
     ax.set_title("A warp's load: consecutive addresses use every byte of each 32-byte sector")
     return fig
+
+
+def figure_names() -> list[str]:
+    """The names of this module's figure functions (public, annotated to return a ``Figure``), sorted."""
+    import inspect
+
+    module = globals()
+    return sorted(name for name, value in module.items()
+                  if inspect.isfunction(value) and value.__module__ == __name__ and not name.startswith("_")
+                  and inspect.signature(value).return_annotation == "Figure")
