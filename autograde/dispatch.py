@@ -40,6 +40,7 @@ __all__ = ["GradeRun", "grade"]
 
 NO_WORKER_PATIENCE_S = 120   # a remote cluster left without workers this long stops the run (results kept)
 POLL_S = 2.0
+MAX_SENDS = 3                 # a task the scheduler drops (its worker and its data lost) is sent again, this often in all
 
 
 @dataclass
@@ -105,6 +106,7 @@ class _Dispatcher:
         self.limits = limits or KernelLimits()
         self.scattered: dict[str, object] = {}
         self.in_flight: dict[object, tuple[Submission, Snapshot, bool]] = {}
+        self.sends: dict[tuple[str, str], int] = {}   # (student, lab) -> times sent
         self.no_workers_since: float | None = None
 
     # ---- sending ------------------------------------------------------------------------------
@@ -136,6 +138,7 @@ class _Dispatcher:
         task = GradingTask(submission.student, submission.lab, snapshot.files, snapshot.digest, self.timeout,
                            tuple(locked_when_grading(submission.lab, self.known_labs)), tuple(self.hidden),
                            self._workers_per_host(), self.limits.as_dict())
+        self.sends[(submission.student, submission.lab)] = self.sends.get((submission.student, submission.lab), 0) + 1
         future = self.client.submit(grade_task, task, self._bundle_future(submission.lab), pure=False,
                                     key=f"grade-{submission.lab}-{submission.student}-{uuid.uuid4().hex[:8]}",
                                     resources={"GPU": 1} if use_gpu else None)
@@ -194,6 +197,22 @@ class _Dispatcher:
             self.run.problems.append(f"{submission.student}/{submission.lab}: {reason}")
         self.progress.finished(submission.student, submission.lab, reason, failed=True)
 
+    def resend_dropped(self) -> int:
+        """Tasks the scheduler cancelled (a killed worker took the last copy of their lab's sources with
+        it, so it forgot them) go out again with the sources sent anew; after ``MAX_SENDS`` the
+        submission is reported not graded. Never a reason to stop the run. Returns how many were dropped."""
+        dropped = [f for f in self.in_flight if f.cancelled()]
+        for future in dropped:
+            submission, snapshot, gpu = self.in_flight.pop(future)
+            if self.sends.get((submission.student, submission.lab), 0) >= MAX_SENDS:
+                self._record_failure(submission, f"not graded: the Dask scheduler dropped its task {MAX_SENDS} times "
+                                                 "(workers lost while grading it); run again with --resume")
+                continue
+            self.progress.note(f"note: {submission.student}/{submission.lab}: the Dask scheduler dropped its task "
+                               "(a worker was lost); sent again")
+            self.submit(submission, snapshot, gpu=gpu)
+        return len(dropped)
+
     # ---- the cluster's health -------------------------------------------------------------------
 
     def check_health(self) -> None:
@@ -223,6 +242,7 @@ class _Dispatcher:
 
     def run_all(self, todo: list[Submission], window: int) -> None:
         from distributed import wait
+        from distributed.client import FuturesCancelledError
 
         pending = list(reversed(todo))
         while pending or self.in_flight:
@@ -234,6 +254,10 @@ class _Dispatcher:
                 done, _ = wait(list(self.in_flight), timeout=POLL_S, return_when="FIRST_COMPLETED")
             except TimeoutError:
                 done = set()
+            except FuturesCancelledError:   # wait() raises when any future was dropped by the scheduler
+                if not self.resend_dropped():
+                    time.sleep(POLL_S)   # not yet marked here: look again shortly, never spin
+                continue
             for future in done:
                 self.receive(future)
             if not done:

@@ -257,3 +257,35 @@ def test_a_failed_grading_never_replaces_a_grade(tmp_path):
     dispatcher._record_failure(Submission("carol", lab, tmp_path), reason)
     assert dispatcher.store.result_path(lab, "carol").read_bytes() == before
     assert run.failed == 2 and any("carol" in p and "kept the earlier result" in p for p in run.problems)
+
+
+def test_a_task_the_scheduler_drops_is_sent_again_then_reported_never_stopping_the_run(tmp_path):
+    """A killed worker can take the last copy of a lab's sources with it: the scheduler then forgets
+    the tasks that needed them, and ``distributed.wait`` raises. Those go out again (``MAX_SENDS`` in all)."""
+    from autograde.dispatch import MAX_SENDS
+    from autograde.grade_lab import Submission
+
+    class Future:   # what the dispatcher asks of a Dask future here
+        def __init__(self, cancelled: bool) -> None:
+            self.cancelled = lambda: cancelled
+
+    dispatcher, run, stream, lab = dispatcher_for(tmp_path)
+    folder = tmp_path / "submissions" / "alice" / lab
+    folder.mkdir(parents=True)
+    (folder / "ch1.ipynb").write_text('{"cells": []}')
+    submission, snapshot = Submission("alice", lab, folder), take_snapshot("alice", lab, folder)
+    sent = []
+    dispatcher.submit = lambda *args, **kwargs: sent.append(args[0].student)
+    running = Future(False)
+    dispatcher.in_flight = {Future(True): (submission, snapshot, False),
+                            running: (Submission("bob", lab, folder), snapshot, False)}
+    dispatcher.sends[("alice", lab)] = 1
+    assert dispatcher.resend_dropped() == 1
+    assert sent == ["alice"] and list(dispatcher.in_flight) == [running], "only the dropped task goes out again"
+    assert "alice/" in stream.getvalue() and "sent again" in stream.getvalue()
+
+    dispatcher.in_flight[Future(True)] = (submission, snapshot, False)
+    dispatcher.sends[("alice", lab)] = MAX_SENDS
+    assert dispatcher.resend_dropped() == 1 and sent == ["alice"], "no more sends after MAX_SENDS"
+    assert run.failed == 1 and any("dropped its task" in problem for problem in run.problems)
+    assert dispatcher.store.load(lab, "alice").complete is False
