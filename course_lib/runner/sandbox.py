@@ -162,12 +162,13 @@ def fill_shared_cache() -> bool:
     Graded kernels cannot write the cache, so on a new machine each one would build its own copy
     (about 10 s of CPU and half a gigabyte per kernel that loads the model). Grading workers call
     this before their first kernel: the first one builds the entries while a lock holds the others,
-    which then find them made. A missing model file is left for the notebook that loads it to report.
+    which then find them made. A missing model file, or a file that cannot be read, is left for the
+    notebook that needs it to report.
     """
     import fcntl
 
     from course_lib.corpus import load_corpus
-    from course_lib.gguf_file import ModelFileMissing, fill_disk_cache
+    from course_lib.gguf_file import fill_disk_cache
 
     folder = shared_cache()
     try:
@@ -178,11 +179,11 @@ def fill_shared_cache() -> bool:
         return False
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)   # released when the file closes
-        try:
-            fill_disk_cache()
-        except ModelFileMissing:
-            pass
-        load_corpus("stdlib-docstrings")
+        for fill in (fill_disk_cache, lambda: load_corpus("stdlib-docstrings")):
+            try:
+                fill()
+            except OSError:   # ModelFileMissing among them: only a speed-up, kernels build what is missing
+                pass
     readable_to_all(folder)
     return True
 
