@@ -7,7 +7,8 @@ of the submission's folder, the sandbox) and walks the cells in order:
 - an ordinary or answer cell runs in the kernel, with the per-cell time limit;
 - a test cell (its instructor source, hidden tests included, already restored by nbgrader's
   ``OverwriteCells``) runs here in the grader (``testcells.run_test_cell``) against handles to the
-  student's objects;
+  student's objects, knowing the code cells sent to the kernel before it (``GradedSources``: Lab 0.3's
+  compile check compiles the kernels' source from them, in the sandbox, ``kernel_compile``);
 - a test cell that the *source* notebook marks as GPU-only is not run on a machine without a
   GPU: it gets a "skipped: needs a GPU" error (0 points in nbgrader's gradebook; our report leaves
   it out of max_score). The submitted notebook's metadata is never consulted for this.
@@ -42,8 +43,10 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from nbgrader.utils import is_grade
 from traitlets import Integer
 
+from autograde.kernel_compile import sandboxed_worker
 from autograde.testcells import run_test_cell
 from autograde.withhold import HiddenChecks, withhold_cell_outputs, withhold_death
+from course_lib.checks.graded_sources import GradedSources, graded_sources
 from course_lib.runner.bounded import bound_outputs, output_size
 from course_lib.runner.limits import KernelLimits, format_bytes
 from course_lib.runner.student import KernelDied, StudentKernel
@@ -123,9 +126,10 @@ class IsolatedExecute(NbGraderPreprocessor):
         with tempfile.TemporaryDirectory(prefix="course-kernel-") as scratch:
             workdir = Path(scratch) / lab
             self._stage_workdir(workdir, settings.workspace / "submitted" / student / lab, folder)
-            kernel = StudentKernel(edition=settings.edition, workdir=workdir,
-                                   hidden=[*settings.hidden, settings.workspace, folder.resolve(), _PLATFORM],
+            hidden = [*settings.hidden, settings.workspace, folder.resolve(), _PLATFORM]
+            kernel = StudentKernel(edition=settings.edition, workdir=workdir, hidden=hidden,
                                    threads=settings.threads, gpu=settings.gpu, limits=settings.limits)
+            self._compile_worker = sandboxed_worker(hidden)
             try:
                 kernel.start()
             except KernelDied as error:
@@ -163,6 +167,7 @@ class IsolatedExecute(NbGraderPreprocessor):
     def _run_cells(self, nb, kernel: StudentKernel, source_cells: dict[str, dict], gpu: bool,
                    limits: KernelLimits) -> None:
         namespace: dict = {}
+        ran: list[str] = []   # the code cells sent to the kernel, in order: what a compile check reads
         hidden_checks = HiddenChecks()
         died_in: int | None = None
         died_why = ""
@@ -187,7 +192,7 @@ class IsolatedExecute(NbGraderPreprocessor):
             started = _now()
             try:
                 outputs = self._run_cell(cell, kernel, source_cells, namespace, gpu, index, min(self.timeout, left),
-                                         hidden_checks)
+                                         hidden_checks, ran)
             except KernelDied as error:
                 outputs = [_error(KERNEL_DIED, str(error))]
             peak = kernel.watchdog.peak.processes if kernel.watchdog is not None else 0
@@ -221,7 +226,7 @@ class IsolatedExecute(NbGraderPreprocessor):
             cell.execution_count = count
 
     def _run_cell(self, cell, kernel: StudentKernel, source_cells: dict[str, dict], namespace: dict, gpu: bool,
-                  index: int, timeout: float, hidden_checks: HiddenChecks) -> list[dict]:
+                  index: int, timeout: float, hidden_checks: HiddenChecks, ran: list[str]) -> list[dict]:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
         # A cell marked as a test that is none of the lab's (a copy of a test cell, which keeps its
         # metadata, or one the student made: nbgrader took its unknown or duplicate grade_id away) is
@@ -230,8 +235,12 @@ class IsolatedExecute(NbGraderPreprocessor):
             source_cell = source_cells[grade_id]
             if cell_needs_gpu(source_cell) and not gpu:
                 return [_error(NEEDS_GPU, "skipped: needs a GPU (this machine has none; not counted in max_score)")]
-            return run_test_cell(cell.source, kernel, namespace, timeout=timeout,
-                                 label=f"<test cell {grade_id}>", limits=kernel.limits, hidden_checks=hidden_checks)
+            # A compile check reads the kernels' source from the cells this grader sent, never from the kernel.
+            with graded_sources(GradedSources(tuple(ran), self._compile_worker)):
+                return run_test_cell(cell.source, kernel, namespace, timeout=timeout,
+                                     label=f"<test cell {grade_id}>", limits=kernel.limits,
+                                     hidden_checks=hidden_checks)
+        ran.append(cell.source)
         outputs = kernel.run_cell(cell.source, timeout)["outputs"]
         if not hidden_checks.started:
             return outputs

@@ -7,7 +7,8 @@ How a kernel is checked:
   Triton's CPU interpreter ``course_lib.kernels.interpreter_guard`` turns every out-of-bounds load
   or store into an error that names the kernel, the program and the tensor;
 - the result is compared with a float64 torch computation of the same formula (``reference``),
-  with tolerances set per dtype and written in the message;
+  within the tolerance of its dtype (``course_lib.kernels.tolerances``, the table the kernels' tests
+  and the GPU cells use too), written in the message;
 - on a mismatch the check runs a few diagnoses (rows longer than a power of two? a strided view
   instead of a contiguous one? the numbers a typical mistake would give?) to turn "wrong" into a
   hint that names the likely cause;
@@ -40,6 +41,7 @@ from course_lib.checks import (
     require_own_implementation,
 )
 from course_lib.checks.fixtures import recorded_check, reference
+from course_lib.kernels.tolerances import tolerance
 
 __all__ = [
     "check_add_rmsnorm_traffic",
@@ -58,11 +60,6 @@ INTERPRETER_HINT = (
     "every tensor you passed: mask the lanes past the end (mask=offsets < n), and check the offsets "
     "(program id times block, strides). Other errors name the line of the kernel that failed."
 )
-TOLERANCES = {  # (relative, absolute) against a float64 computation
-    torch.float32: (1e-5, 1e-6),
-    torch.float16: (4e-3, 1e-3),
-    torch.bfloat16: (2e-2, 8e-3),
-}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -128,7 +125,9 @@ def max_error(got: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 def is_close(got: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> bool:
-    rel, abs_ = TOLERANCES.get(dtype, TOLERANCES[torch.float32])
+    """Within the tolerance of ``dtype`` (``course_lib.kernels.tolerances``), every element finite."""
+    limits = tolerance(dtype)
+    rel, abs_ = limits.rtol, limits.atol
     if got.shape != expected.shape or not torch.isfinite(got).all():
         return False
     return bool(torch.allclose(got.double(), expected.double(), rtol=rel, atol=abs_))
@@ -138,7 +137,8 @@ def fail_mismatch(what: str, got: torch.Tensor, expected: torch.Tensor, dtype: t
                   note: str = "") -> None:
     """The house-format failure for a tensor that is not close enough to the float64 expectation
     (``note``, if given, is a sentence added after the summary)."""
-    rel, abs_ = TOLERANCES.get(dtype, TOLERANCES[torch.float32])
+    limits = tolerance(dtype)
+    rel, abs_ = limits.rtol, limits.atol
     flat_got, flat_expected = got.double().flatten(), expected.double().flatten()
     bad = ~torch.isclose(flat_got, flat_expected, rtol=rel, atol=abs_)
     bad |= ~torch.isfinite(flat_got)

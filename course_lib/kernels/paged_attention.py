@@ -481,10 +481,17 @@ def _allocate_partials(
     return split_out, split_lse
 
 
-def _tile_size(head_dim_pad: int) -> int:
-    # 64 positions x 128 dims of bf16 is a 16 KiB K tile: large enough for wide loads, small enough
-    # that K, V and the fp32 accumulator stay in registers. Halve it for head_dim 256.
-    return 64 if head_dim_pad <= 128 else 32
+DECODE_WARPS = 8
+"""Warps per decode program. Compiled for an A100 and an H100 (tests/test_kernels_gpu_compile.py), the
+K and V tiles, the scores and the fp32 accumulator of one program spill registers in 4 warps (a bf16
+tile of 64 x 128 already does); in 8 warps every shape of the course fits without a spill."""
+
+
+def _tile_size(head_dim_pad: int, element_size: int) -> int:
+    # A K row of up to 256 bytes (64 positions x 128 dims of bf16, x 64 dims of fp32: a 16 KiB K tile)
+    # gets 64 positions per loop step: wide loads, and K, V and the accumulator stay in 8 warps'
+    # registers. Wider rows (fp32 at head_dim 128, any dtype at 256) get 32, or they spill.
+    return 64 if head_dim_pad * element_size <= 256 else 32
 
 
 def _padded(size: int) -> int:
@@ -822,10 +829,10 @@ def paged_decode_attention(
         GROUP_SIZE=group_size,
         GROUP_PAD=_padded(group_size),
         BLOCK_SIZE=block_size,
-        TILE=_tile_size(head_dim_pad),
+        TILE=_tile_size(head_dim_pad, q.element_size()),
         NUM_SPLITS=num_splits,
         DOT_IN_FP32=RUNS_ON_INTERPRETER and q.dtype == torch.bfloat16,
-        num_warps=4,
+        num_warps=DECODE_WARPS,
     )
     if num_splits > 1:
         merge_splits(split_out, split_lse, out=out)

@@ -3,7 +3,8 @@
 DESCRIPTION = (
     "Keeps the reference softmax but hands in course_lib.kernels.vector_add (through a lambda, so "
     "the object is not the library's) as its vector_add. In the student edition that kernel is a "
-    "stub naming the exercise: both vector_add cells fail; expected 5/9"
+    "stub naming the exercise: both vector_add cells fail, and so does add_kernel's compile cell (there is no "
+    "add_kernel to compile); expected 6/11"
 )
 BASE = "solution"
 ANSWERS = {
@@ -13,4 +14,4 @@ import course_lib.kernels.vector_add as library
 vector_add = lambda x, y: library.vector_add(x, y)
 ''',
 }
-EXPECTED = {"01_triton_basics": 5}
+EXPECTED = {"01_triton_basics": 6}

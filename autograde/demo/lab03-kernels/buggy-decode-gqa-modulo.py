@@ -4,7 +4,7 @@ DESCRIPTION = (
     'paged_decode_kernel gives KV head g the query heads g, g + num_kv_heads, g + 2 * num_kv_heads... (h '
     '% num_kv_heads, the interleaved layout) instead of the group g * group_size ... (h // group_size). '
     'Right with one KV head or one head per group, wrong otherwise. Loses the three kernel cells, '
-    'expected 3/13'
+    'expected 4/14'
 )
 BASE = "solution"
 ANSWERS = {
@@ -79,4 +79,4 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale):
     return out
 ''',
 }
-EXPECTED = {'03_paged_decode': 3}
+EXPECTED = {'03_paged_decode': 4}

@@ -3,7 +3,7 @@
 DESCRIPTION = (
     "paged_decode_attention computes q's strides from its shape (num_q_heads * head_dim, head_dim) "
     'instead of passing q.stride(0) and q.stride(1): right for a contiguous q, wrong for the strided view '
-    'the engine passes. Loses the visible and the long-and-strided kernel cells, expected 7/13'
+    'the engine passes. Loses the visible and the long-and-strided kernel cells, expected 8/14'
 )
 BASE = "solution"
 ANSWERS = {
@@ -78,4 +78,4 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale):
     return out
 ''',
 }
-EXPECTED = {'03_paged_decode': 7}
+EXPECTED = {'03_paged_decode': 8}

@@ -4,7 +4,7 @@ DESCRIPTION = (
     'split_kv_decode_attention and store_kv compute the row strides of q, k and v from their shapes '
     'instead of passing q.stride(0), k.stride(0), v.stride(0): right for contiguous tensors, wrong for '
     'the strided views the engine passes. Chapter 5 imports these kernels from chapter 4 (answers_from), '
-    'so both chapters lose: the split and store cells of chapter 4, expected 6/15, and both KernelBackend '
+    'so both chapters lose: the split and store cells of chapter 4, expected 9/18, and both KernelBackend '
     'cells of chapter 5, expected 4/10'
 )
 BASE = "solution"
@@ -130,4 +130,4 @@ def store_kv(k, v, k_cache, v_cache, slot_mapping):
     return k_cache, v_cache
 ''',
 }
-EXPECTED = {'04_split_kv': 6, '05_into_the_engine': 4}
+EXPECTED = {'04_split_kv': 9, '05_into_the_engine': 4}

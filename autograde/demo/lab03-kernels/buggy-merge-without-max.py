@@ -4,7 +4,7 @@ DESCRIPTION = (
     'merge_splits_kernel weighs each split by exp(lse) instead of exp(lse - max lse): mathematically the '
     "same, but exp overflows float32 once a split's log-sum-exp passes 88 (large scores). The split "
     "kernel's checks still pass (their scores are moderate). Loses both merge_splits cells, expected "
-    '11/15'
+    '14/18'
 )
 BASE = "solution"
 ANSWERS = {
@@ -43,4 +43,4 @@ def merge_splits(split_out, split_lse):
     return out
 ''',
 }
-EXPECTED = {'04_split_kv': 11}
+EXPECTED = {'04_split_kv': 14}
