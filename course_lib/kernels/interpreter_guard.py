@@ -168,8 +168,9 @@ def _element_size(pointers) -> int:
 def install() -> None:
     """Patch Triton's interpreter so every memory access is checked (idempotent).
 
-    Written against the interpreter of Triton 3.9 (the version ``pyproject.toml`` pins); with a Triton
-    whose interpreter lacks the patched methods it does nothing and ``is_installed()`` stays False.
+    Written against the interpreter of Triton 3.9 (the version ``pyproject.toml`` pins) and checked with
+    3.6's (the GPU machine's, ``benchmarks/gpu_check.sh``); with a Triton whose interpreter lacks the
+    patched methods it does nothing and ``is_installed()`` stays False.
     """
     global _installed
     if _installed:
@@ -188,21 +189,23 @@ def install() -> None:
     original_cas = builder_class.create_atomic_cas
     original_call = interpreter.GridExecutor.__call__
 
-    def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+    # The arguments after the checked ones differ between Triton versions (3.6 passes a cache modifier
+    # and an eviction policy, 3.9 one cache policy): they go through untouched.
+    def create_masked_load(self, ptrs, mask, *rest):
         _check("load", ptrs, mask, _element_size(ptrs))
-        return original_load(self, ptrs, mask, other, cache_policy, is_volatile)
+        return original_load(self, ptrs, mask, *rest)
 
-    def create_masked_store(self, ptrs, value, mask, cache_policy):
+    def create_masked_store(self, ptrs, value, mask, *rest):
         _check("store", ptrs, mask, _element_size(ptrs))
-        return original_store(self, ptrs, value, mask, cache_policy)
+        return original_store(self, ptrs, value, mask, *rest)
 
-    def create_atomic_rmw(self, rmw_op, ptr, val, mask, sem, scope):
+    def create_atomic_rmw(self, rmw_op, ptr, val, mask, *rest):
         _check("atomic", ptr, mask, _element_size(ptr))
-        return original_rmw(self, rmw_op, ptr, val, mask, sem, scope)
+        return original_rmw(self, rmw_op, ptr, val, mask, *rest)
 
-    def create_atomic_cas(self, ptr, cmp, val, sem, scope):
+    def create_atomic_cas(self, ptr, cmp, val, *rest):
         _check("atomic compare-and-swap", ptr, None, _element_size(ptr))
-        return original_cas(self, ptr, cmp, val, sem, scope)
+        return original_cas(self, ptr, cmp, val, *rest)
 
     def guarded_call(self, *args, **kwargs):
         global _launches

@@ -490,8 +490,10 @@ tile of 64 x 128 already does); in 8 warps every shape of the course fits withou
 def _tile_size(head_dim_pad: int, element_size: int) -> int:
     # A K row of up to 256 bytes (64 positions x 128 dims of bf16, x 64 dims of fp32: a 16 KiB K tile)
     # gets 64 positions per loop step: wide loads, and K, V and the accumulator stay in 8 warps'
-    # registers. Wider rows (fp32 at head_dim 128, any dtype at 256) get 32, or they spill.
-    return 64 if head_dim_pad * element_size <= 256 else 32
+    # registers. Wider rows get fewer positions, the same 16 KiB or less, or they spill (32 for fp32 at
+    # head_dim 128 or bf16 at 256, 16 for fp32 at 256: tl.dot's smallest).
+    row_bytes = head_dim_pad * element_size
+    return 64 if row_bytes <= 256 else 32 if row_bytes <= 512 else 16
 
 
 def _padded(size: int) -> int:
