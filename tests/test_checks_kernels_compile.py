@@ -97,6 +97,21 @@ def test_when_grading_the_cells_sent_are_compiled_not_the_objects_in_the_kernel(
             checks.check_compiles_for_gpu("add_kernel", correct["add_kernel"], correct["vector_add"])
 
 
+def test_the_release_s_placeholder_is_not_attempted_rather_than_failed():
+    """A blank notebook's compile cells say "not written yet", as its other cells do (and score nothing)."""
+    import json
+
+    from tests.kernel_notebooks import ROOT
+
+    cells = json.loads((ROOT / "labs" / "lab03-kernels" / "01_triton_basics.ipynb").read_text())["cells"]
+    sources = tuple("".join(cell["source"]) for cell in cells if cell["cell_type"] == "code"
+                    and not cell.get("metadata", {}).get("nbgrader", {}).get("grade"))
+    correct = student("01_triton_basics")
+    with graded_sources(GradedSources(sources, local_worker)):
+        with pytest.raises(NotImplementedError, match="add_kernel is not written yet"):
+            checks.check_compiles_for_gpu("add_kernel", correct["add_kernel"], correct["vector_add"])
+
+
 def test_parameters_other_than_the_lab_s_are_named():
     cells = _graded_cells("01_triton_basics", {}) + (
         "@triton.jit\ndef add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr, EXTRA: tl.constexpr):\n"

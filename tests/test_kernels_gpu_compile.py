@@ -102,8 +102,10 @@ def test_the_kernel_module_keeps_the_last_definition_and_literal_constants_only(
     assert module.constexprs["add_kernel"] == ("BLOCK",)
     with pytest.raises(KernelSourceError, match="bound last by something else"):
         kernel_module([ADD, "from course_lib.kernels.vector_add import _add_kernel as add_kernel"], ["add_kernel"])
+    with pytest.raises(KernelSourceError, match="bound last by something else"):
+        kernel_module([ADD, "add_kernel = make_kernel()"], ["add_kernel"])
     with pytest.raises(KernelSourceError, match="no @triton.jit definition"):
-        kernel_module(["add_kernel = make_kernel()"], ["add_kernel"])
+        kernel_module(["exec(text)"], ["add_kernel"])
 
 
 @pytest.mark.parametrize("body, refused", [

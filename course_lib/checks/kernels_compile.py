@@ -171,6 +171,8 @@ def _module(exercise: KernelExercise, cells: Sequence[str]) -> KernelModule:
         module = kernel_module(cells, [name])
     except KernelSourceError as error:
         fail(f"{verdict} ({error})", show_values=False, hint=HINT)
+    if _is_placeholder(module.text, name):
+        raise NotImplementedError(f"{name} is not written yet (its body is the placeholder): nothing to compile")
     if module.parameters[name] != exercise.parameters:
         fail(f"{verdict}: its parameters are not the lab's, so it cannot be compiled as the lab launches it",
              expected=", ".join(exercise.parameters), got=", ".join(module.parameters[name]),
@@ -185,6 +187,15 @@ def _module(exercise: KernelExercise, cells: Sequence[str]) -> KernelModule:
              f"{exercise.wrapper} runs", show_values=False,
              hint=f"launch it as {name}[grid](...) in {exercise.wrapper}.")
     return module
+
+
+def _is_placeholder(text: str, name: str) -> bool:
+    """Whether kernel ``name`` in a kernel module is the release's stub: a docstring and ``raise NotImplementedError``."""
+    definition = next(node for node in ast.parse(text).body if isinstance(node, ast.FunctionDef) and node.name == name)
+    body = [statement for statement in definition.body
+            if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant))]
+    return bool(body) and all(isinstance(statement, ast.Raise) and "NotImplementedError" in ast.unparse(statement)
+                              for statement in body)
 
 
 def _launches(cells: Sequence[str], wrapper: str) -> set[str] | None:
@@ -215,7 +226,8 @@ def _judge(exercise: KernelExercise, reports: list[BuildReport]) -> None:
     if failed is not None:
         fail(f"{name} compiles for an {gpu.name}: yes, but does not fit it (for {failed.build.describe()}: "
              f"{'; '.join(failed.problems)})", show_values=False,
-             hint="smaller tiles: a tile that a tl.dot or a layout change stages in shared memory must fit in "
+             hint="fewer pipeline stages (num_stages) or smaller tiles: what a tl.dot, a layout change or a "
+                  "pipelined load keeps in shared memory, every stage's tiles together, must fit in "
                   f"{gpu.shared_memory_per_block // 1024} KB per program.")
     tf32 = next((report for report in reports if report.tf32_products), None)
     if tf32 is not None:

@@ -43,7 +43,12 @@ KERNEL_BUILTINS = frozenset({"range", "min", "max", "len", "int", "float", "bool
                              "True", "False", "None"})
 """Python builtins that Triton's compiler evaluates inside a kernel (on constants) or maps to GPU code."""
 
-REFUSED_BUILTINS = frozenset(name for name in dir(builtins) if not name.startswith("_")) - KERNEL_BUILTINS
+EXCEPTIONS = frozenset(name for name in dir(builtins) if isinstance(getattr(builtins, name), type)
+                       and issubclass(getattr(builtins, name), BaseException))
+"""Exception classes: a kernel may name one (the release's placeholder raises NotImplementedError); the
+compiler refuses ``raise`` itself."""
+
+REFUSED_BUILTINS = frozenset(name for name in dir(builtins) if not name.startswith("_")) - KERNEL_BUILTINS - EXCEPTIONS
 PREAMBLE = "from __future__ import annotations\nimport math\nimport triton\nimport triton.language as tl\n"
 MAGIC_LINE = re.compile(r"^\s*[%!]")
 
