@@ -216,15 +216,15 @@ def steps(out: Path) -> list[Step]:
     paged = ["--batches", "1", "2", "--contexts", "20", "--shapes", "smollm2"] if PRETEND else \
         ["--batches", "1", "16", "64", "--contexts", "1024", "4096"]
     return [
-        Step("gpu tests (pytest -m gpu)", 120,
+        Step("gpu tests (pytest -m gpu)", 110,
              python + ["-m", "pytest", *gpu_test_files(), "-m", "gpu and not slow", "-q", "-rfs", "-p",
                        "no:cacheprovider", "-o", "addopts=", *per_test],
              r"^(\d+ (passed|failed|skipped|errors?)\b.*|FAILED .*|ERROR .*)$"),
-        Step("Lab 0.3 GPU cells, reference answers", 110, python + [__file__, "--step", "cells"], f"^{RESULT}"),
+        Step("Lab 0.3 GPU cells, reference answers", 100, python + [__file__, "--step", "cells"], f"^{RESULT}"),
         Step("benchmarks/paged_attention.py", 75,
              python + ["benchmarks/paged_attention.py", *dry, *paged, "--out", str(out / "paged_attention_gpu.md")],
              r"^- (Bandwidth target|Faster than)"),
-        Step("benchmarks/lab03_kernels.py", 75,
+        Step("benchmarks/lab03_kernels.py", 90,
              python + ["benchmarks/lab03_kernels.py", *dry, "--out", str(out / "lab03_kernels_gpu.md")],
              r"^\*\*"),
         Step("engine: Triton decode on the GPU vs the CPU's tokens", 60, python + [__file__, "--step", "engine"],

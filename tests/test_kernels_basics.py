@@ -65,3 +65,16 @@ def test_softmax_large_values_strided_rows_and_half_precision():
 def test_softmax_rejects_bad_input(x, error, words):
     with pytest.raises(error, match=words):
         softmax(x)
+
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("num_cols", [1, 100, 4097, 8192, MAX_COLS])   # MAX_COLS: 16,384 lanes in 8 warps
+def test_gpu_softmax_compiled_matches_float64(dtype, num_cols):
+    x = (torch.randn(64, num_cols, generator=torch.Generator().manual_seed(num_cols)) * 10).to(dtype)
+    assert_close(softmax(x.cuda()), torch.softmax(x.double(), dim=-1))
+    assert torch.equal(vector_add(x[0].cuda(), x[1].cuda()).cpu(), x[0] + x[1])

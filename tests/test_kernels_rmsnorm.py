@@ -10,6 +10,7 @@ import course_lib.kernels  # noqa: F401
 from course_lib.kernels.byte_counter import count_bytes
 from course_lib.kernels.tolerances import assert_close
 from course_lib.kernels.rmsnorm import (
+    MAX_HIDDEN,
     add_rmsnorm_flops,
     add_rmsnorm_ref,
     add_rmsnorm_traffic,
@@ -106,3 +107,15 @@ def test_traffic_rejects_bad_input():
         add_rmsnorm_traffic(0, 4, 2)
     with pytest.raises(ValueError, match="bytes_per_element"):
         add_rmsnorm_traffic(1, 4, 0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("hidden", [576, 4096, 8192, MAX_HIDDEN])   # MAX_HIDDEN: 16,384 lanes in 8 warps
+def test_gpu_fused_kernel_compiled_matches_float64(dtype, hidden):
+    x, residual, weight = _inputs(32, hidden, dtype, seed=hidden)
+    out, new_residual = fused_add_rmsnorm(x.cuda(), residual.cuda(), weight.cuda(), 1e-5)
+    expected_out, expected_residual = add_rmsnorm_ref(x.double(), residual.double(), weight.double(), 1e-5)
+    assert_close(new_residual, expected_residual)
+    assert_close(out, expected_out)
