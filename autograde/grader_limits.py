@@ -28,7 +28,8 @@ import time
 
 from course_lib.runner.limits import KernelLimits, format_bytes, format_seconds
 
-__all__ = ["apply_grader_memory", "cell_cpu_budget", "grader_enforcement", "grader_memory_sentence", "stopped_by_limit"]
+__all__ = ["apply_grader_memory", "cell_cpu_budget", "grader_enforcement", "grader_memory_sentence",
+           "stopped_by_limit"]
 
 
 def _lower_soft(which: int, soft: int) -> None:
@@ -46,8 +47,9 @@ def apply_grader_memory(limits: KernelLimits) -> None:
 
 
 @contextlib.contextmanager
-def cell_cpu_budget(limits: KernelLimits):
-    """Run one test cell with ``limits.grader_cpu`` CPU seconds from now as this process's soft CPU limit.
+def cell_cpu_budget(limits: KernelLimits, wall_s: float = 0):
+    """Run one test cell with ``limits.grader_cpu`` CPU seconds from now (never fewer than the cell's own
+    wall-clock limit ``wall_s``, so the alarm stops Python code first) as this process's soft CPU limit.
 
     Past it the system sends SIGXCPU, whose default action ends the process: no handler is set, as
     a Python handler would only run once the C call that overran returned.
@@ -55,7 +57,7 @@ def cell_cpu_budget(limits: KernelLimits):
     used = time.process_time()
     before = resource.getrlimit(resource.RLIMIT_CPU)
     _, hard = before
-    soft = int(used) + 1 + limits.grader_cpu
+    soft = int(used) + 1 + max(limits.grader_cpu, int(wall_s) + 1)
     if hard == resource.RLIM_INFINITY or soft < hard:
         resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
     try:

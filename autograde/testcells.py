@@ -354,9 +354,10 @@ def run_test_cell(source: str, kernel: StudentKernel, namespace: dict[str, Any],
     url_sharer = _URL_SHARER.set(kernel.expose_url)
     outputs: list[dict] = []
     alarm = _Alarm()
+    wall_s = timeout + GRADER_GRACE_S
     try:
         with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output), \
-                warnings.catch_warnings(), _alarm(timeout + GRADER_GRACE_S, alarm), cell_cpu_budget(limits):
+                warnings.catch_warnings(), _alarm(wall_s, alarm), cell_cpu_budget(limits, wall_s):
             warnings.simplefilter("default")
             for name in free_names(tree):
                 if name in namespace or name == HIDDEN_SWITCH:

@@ -407,6 +407,9 @@ def test_a_tensor_view_that_describes_more_than_a_frame_is_refused():
     huge = torch.zeros(1).expand(2**40)
     with pytest.raises(ValueTooLarge, match="as copied"):
         grader.loads(kernel.dumps({"reply": 1, "value": huge}))
+    many = [torch.zeros(1).expand(2**25) for _ in range(5)]   # 128 MB each as copied, 640 MB together
+    with pytest.raises(ValueTooLarge, match="512 MB of them in one value"):
+        grader.loads(kernel.dumps({"reply": 1, "value": many}))
     view = torch.arange(6.0).reshape(1, 6).expand(1000, 6)
     got = grader.loads(kernel.dumps({"reply": 1, "value": view}))["value"]
     assert torch.equal(got, view) and got.stride() == (0, 1)

@@ -62,7 +62,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from course_lib.runner.receipt import ValueTooLarge, message_refusal, range_refusal, refusal, tensor_refusal
+from course_lib.runner.receipt import (ValueTooLarge, copied_bytes, message_refusal, range_refusal, refusal,
+                                      tensor_refusal)
 
 __all__ = [
     "ChannelClosed",
@@ -485,6 +486,7 @@ class _Unpickler(pickle.Unpickler):
         super().__init__(file)
         self.endpoint = endpoint
         self.refusals: list[str] = []
+        self.tensor_bytes = 0   # of the tensors and arrays built so far, as copied
 
     def find_class(self, module: str, name: str):
         raise pickle.UnpicklingError(f"the channel carries no classes ({module}.{name} refused)")
@@ -493,7 +495,7 @@ class _Unpickler(pickle.Unpickler):
         if not isinstance(pid, tuple) or not pid or not isinstance(pid[0], str):
             raise ProtocolError(f"malformed persistent id {pid!r}")
         if self.endpoint.side == GRADER:
-            problem = _pid_refusal(pid)
+            problem = _pid_refusal(pid, self)
             if problem is not None:
                 self.refusals.append(problem)
                 return None
@@ -556,7 +558,7 @@ class _Unpickler(pickle.Unpickler):
         raise ProtocolError(f"unknown tag {tag!r}")
 
 
-def _pid_refusal(pid: tuple) -> str | None:
+def _pid_refusal(pid: tuple, unpickler: _Unpickler) -> str | None:
     """Why the object a persistent id from the kernel describes is past the grader's limits, or None.
 
     Checked before it is built: a range is lazy (its length, not its three ints, is what a check's
@@ -569,7 +571,10 @@ def _pid_refusal(pid: tuple) -> str | None:
         dtype_name, shape = fields[0], fields[1]
         problem = refusal((dtype_name, shape) + tuple(fields[3:]))   # not the raw bytes: the frame bounds them
         if problem is None and isinstance(shape, tuple) and all(type(size) is int for size in shape):
-            problem = tensor_refusal("tensor" if tag == "tensor" else "array", shape, _element_bytes(tag, dtype_name))
+            element_bytes = _element_bytes(tag, dtype_name)
+            problem = tensor_refusal("tensor" if tag == "tensor" else "array", shape, element_bytes,
+                                     unpickler.tensor_bytes)
+            unpickler.tensor_bytes += copied_bytes(shape, element_bytes) if problem is None else 0
         return problem
     problem = refusal(fields)
     if problem is None and tag == "range" and len(fields) == 3 and all(type(end) is int for end in fields) \

@@ -18,8 +18,9 @@ comments):
 - ``MAX_INT_BITS`` bits in one int (ids, byte counts and hashes take 64 bits or less; 4096 bits still
   print, where Python refuses to turn an int of more than 4300 digits into text);
 - ``MAX_DEPTH`` containers nested in one another;
-- ``MAX_TENSOR_BYTES`` bytes in one tensor or array (as copied: a view counts every element it
-  shows, not the storage behind it).
+- ``MAX_TENSOR_BYTES`` bytes in one tensor or array, ``MAX_MESSAGE_TENSOR_BYTES`` in all those of one
+  message (as copied: a view counts every element it shows, not the storage behind it, so a
+  thousand stride-0 views of four bytes each count as what they show).
 
 A value past a limit is refused whole: the check gets ``ValueTooLarge`` instead of it (a reply)
 or the student's code gets it (a request the kernel made of a lent object), with a plain sentence
@@ -31,14 +32,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_INT_BITS", "MAX_ITEMS", "MAX_MESSAGE_ITEMS", "MAX_STR_CHARS",
-           "MAX_TENSOR_BYTES", "ValueTooLarge", "message_refusal", "range_refusal", "refusal", "tensor_refusal"]
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_INT_BITS", "MAX_ITEMS", "MAX_MESSAGE_ITEMS", "MAX_MESSAGE_TENSOR_BYTES",
+           "MAX_STR_CHARS", "MAX_TENSOR_BYTES", "ValueTooLarge", "copied_bytes", "message_refusal", "range_refusal",
+           "refusal", "tensor_refusal"]
 
 # The largest of each the reference answers of the five labs send the grader, measured while grading them
 # (the ``correct`` demo student, every chapter, on a CPU): a list of 1,683 items, a dict of 350, 1,684 items
-# in one message, strings of 150 KB (a cell's outputs), bytes of 16, ints of 46 bits, five levels of
+# in one message, strings of 154 KB (a cell's outputs), bytes of 16, ints of 64 bits, five levels of
 # nesting, tensors of 230 KB. Each limit leaves a hundred times that or more for honest answers that are
-# wrong in a larger way, and keeps what one value can cost a check in the tens of megabytes.
+# wrong in a larger way (and for the GPU-only checks, which time kernels on tensors of up to 64 MB), and
+# keeps what one value can cost a check in the tens of megabytes.
 MAX_ITEMS = 1 << 20            # items in one container or range
 MAX_MESSAGE_ITEMS = 1 << 22    # items in one message
 MAX_STR_CHARS = 1 << 24        # characters in one string (a cell's image, base64, within the output limit)
@@ -46,6 +49,7 @@ MAX_BYTES = 1 << 22            # bytes in one bytes value
 MAX_INT_BITS = 4096            # bits in one int
 MAX_DEPTH = 32                 # containers nested in one another
 MAX_TENSOR_BYTES = 256 << 20   # bytes of one tensor or array, as copied
+MAX_MESSAGE_TENSOR_BYTES = 512 << 20   # bytes of all the tensors and arrays of one message, as copied
 
 _NUMBERS = frozenset({int, bool, float, complex, type(None)})
 _SEQUENCES = frozenset({list, tuple, set, frozenset})
@@ -76,15 +80,25 @@ def range_refusal(value: range) -> str | None:
     return None
 
 
-def tensor_refusal(kind: str, shape: tuple, element_bytes: int) -> str | None:
-    """Why a tensor or array of ``shape`` is refused: the bytes it takes once copied (a broadcast view
-    describes 2**40 elements in a few bytes of storage; one elementwise operation copies them all)."""
+def copied_bytes(shape: tuple, element_bytes: int) -> int:
+    """Bytes a tensor or array of ``shape`` takes once copied (a broadcast view describes 2**40 elements in
+    a few bytes of storage; one elementwise operation of a check copies them all)."""
     count = 1
     for size in shape:
         count *= int(size)
-    if count * element_bytes > MAX_TENSOR_BYTES:
-        return _limit_sentence(f"a {kind} of shape {tuple(shape)} ({count * element_bytes:,} bytes as copied)",
+    return count * element_bytes
+
+
+def tensor_refusal(kind: str, shape: tuple, element_bytes: int, earlier_bytes: int = 0) -> str | None:
+    """Why a tensor or array of ``shape`` is refused, ``earlier_bytes`` being those of the message's
+    tensors before it; or None."""
+    size = copied_bytes(shape, element_bytes)
+    if size > MAX_TENSOR_BYTES:
+        return _limit_sentence(f"a {kind} of shape {tuple(shape)} ({size:,} bytes as copied)",
                                f"{MAX_TENSOR_BYTES >> 20} MB in one {kind}")
+    if earlier_bytes + size > MAX_MESSAGE_TENSOR_BYTES:
+        return _limit_sentence(f"tensors and arrays of more than {MAX_MESSAGE_TENSOR_BYTES >> 20} MB in one value "
+                               "(as copied)", f"{MAX_MESSAGE_TENSOR_BYTES >> 20} MB of them in one value")
     return None
 
 

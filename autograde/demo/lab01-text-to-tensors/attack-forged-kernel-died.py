@@ -1,4 +1,4 @@
-"""Demo student: smuggles the hidden checks' inputs out in an error dressed as the grader's own KernelDied (01_tokenization)."""
+"""Demo student: carries hidden inputs out in an error dressed as the grader's KernelDied (01_tokenization)."""
 
 from autograde.demos import solution_cell
 

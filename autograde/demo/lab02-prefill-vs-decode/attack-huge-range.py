@@ -1,4 +1,4 @@
-"""Demo student: a policy whose answer is a 55-byte reply that would take 1.5 GB of the grader's memory (04_batching)."""
+"""Demo student: a 55-byte answer that took 1.5 GB of the old grader's memory (04_batching)."""
 
 DESCRIPTION = (
     "static_batching returns range(40_000_000): three ints on the channel, but the check reads the policy's "
