@@ -254,7 +254,9 @@ def feedback_page(root: Path, student: str, notebook: str = "ch1") -> str:
 def test_the_header_names_the_limits_in_force(graded):
     _, run, report = graded
     assert "Limits per kernel: memory 1 GB, 128 processes" in run.stderr
-    assert report["kernel_limits"]["processes"] == 128
+    assert "Limits of the grading process (test cells run there): memory 8 GB, CPU 10 min per test cell" \
+        in run.stderr
+    assert report["kernel_limits"]["processes"] == 128 and report["kernel_limits"]["grader_memory"] == 8 << 30
 
 
 @pytest.mark.parametrize("student,words", [("attack-memory-hog", "memory limit of 1 GB reached"),
