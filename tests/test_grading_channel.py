@@ -702,3 +702,12 @@ def test_what_a_handle_says_about_itself_is_kept_small():
     handle = grader.loads(_frame_with_pid(("handle", KERNEL, 5, info)))["value"]
     assert len(handle._info["type"]) < 1000 and handle._info["callable"] is False and "injected" not in handle._info
     assert len(handle._info["class_methods"]) <= 1000
+
+
+def test_a_reply_whose_id_is_not_a_number_is_a_malformed_message():
+    """{"reply": [1]}: the grader's lookup among abandoned requests raised TypeError (unhashable) in the check."""
+    with channel_pair() as (grader, _, _):
+        grader._abandoned.add(10_000)
+        with pytest.raises(ProtocolError, match="without a request id"):
+            grader.request("echo_after_a_late_reply", [10_000], "fresh")
+        assert grader.failure is not None

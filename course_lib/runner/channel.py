@@ -1362,6 +1362,8 @@ class Endpoint:
                 else:
                     self.serve(message)
                 continue
+            if type(message.get("reply")) is not int:   # (a list would not even hash: the set below raises)
+                raise ProtocolError(f"a reply without a request id: {clip_repr(message.get('reply'))}")
             if message.get("reply") in self._abandoned and message.get("reply") != request_id:
                 self._abandoned.discard(message.get("reply"))
                 continue
@@ -1421,6 +1423,12 @@ class Endpoint:
                 self.send({"reply": message.get("id"), "value": None})
                 return
             self.serve(message)
+
+
+def clip_repr(value: Any, limit: int = 80) -> str:
+    """A short repr of a value the kernel sent, for the grader's own messages."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _handle_info(info: dict) -> dict:
