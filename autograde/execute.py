@@ -43,7 +43,9 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from nbgrader.utils import is_grade
 from traitlets import Integer
 
+from autograde.grader_limits import apply_grader_memory
 from autograde.kernel_compile import sandboxed_worker
+from autograde.results import student_error_name
 from autograde.testcells import run_test_cell
 from autograde.withhold import HiddenChecks, withhold_cell_outputs, withhold_death
 from course_lib.checks.graded_sources import GradedSources, graded_sources
@@ -119,6 +121,7 @@ class IsolatedExecute(NbGraderPreprocessor):
 
     def preprocess(self, nb, resources):
         settings = GradingSettings.from_environment()
+        apply_grader_memory(settings.limits)   # the test cells run here: this process gets limits of its own
         lab, name = resources["nbgrader"]["assignment"], resources["nbgrader"]["notebook"]
         source_cells = self._source_test_cells(settings.workspace, lab, name)
         folder = Path(resources.get("metadata", {}).get("path") or ".")
@@ -193,14 +196,16 @@ class IsolatedExecute(NbGraderPreprocessor):
             try:
                 outputs = self._run_cell(cell, kernel, source_cells, namespace, gpu, index, min(self.timeout, left),
                                          hidden_checks, ran)
-            except KernelDied as error:
-                outputs = [_error(KERNEL_DIED, str(error))]
+            except KernelDied:   # made by the grader, which recorded why (kernel.ended() below says it)
+                outputs = []
             peak = kernel.watchdog.peak.processes if kernel.watchdog is not None else 0
             outputs = [name_the_limit(output, limits, peak)
                        for output in bound_outputs(outputs, limits.output, limits.stream)]
-            if hidden_checks.started:   # how the kernel died is the student's to choose (os._exit(41))
-                outputs = [withhold_death(output, limits) if output.get("ename") == KERNEL_DIED else output
-                           for output in outputs]
+            death = kernel.ended()   # the grader's record, never an output's name or words
+            if death is not None:
+                outputs = [output for output in outputs if output.get("ename") != KERNEL_DIED]
+                # how the kernel died is the student's to choose (os._exit(41)) once hidden checks have run
+                outputs.append(_error(KERNEL_DIED, withhold_death(death, limits) if hidden_checks.started else death))
             kept = sum(output_size(output) for output in outputs)
             if notebook_output + kept > NOTEBOOK_OUTPUTS * limits.output:   # the whole page stays bounded too
                 outputs = [o for o in outputs if o.get("output_type") == "error"] + [{
@@ -210,15 +215,11 @@ class IsolatedExecute(NbGraderPreprocessor):
             notebook_output += sum(output_size(output) for output in outputs)
             if not hidden_checks.started:   # from then on, how long a cell took is the answer's to choose
                 _record_timing(cell, started, _now())
-            if any(output.get("ename") == KERNEL_DIED for output in outputs) or not kernel.alive:
+            if death is not None:
                 died_in = index
-                if not any(output.get("ename") == KERNEL_DIED for output in outputs):
-                    outputs.append(_error(KERNEL_DIED, "the kernel died while running this cell (os._exit, a "
-                                                       "crash or running out of memory); the cells after it "
-                                                       "were not run"))
                 self.log.warning("kernel died in cell %d; grading what ran before it", index + 1)
-                reason = next((str(o.get("evalue", "")) for o in outputs if o.get("ename") == KERNEL_DIED), "")
-                died_why = f": {reason.split(': the kernel')[0].split('; the cells')[0][:300]}" if reason else ""
+                reason = withhold_death(death, limits) if hidden_checks.started else death
+                died_why = f": {reason.split(': the kernel')[0].split('; the cells')[0][:300]}"
             for output in outputs:
                 if output.get("output_type") == "execute_result":
                     output["execution_count"] = count
@@ -243,7 +244,7 @@ class IsolatedExecute(NbGraderPreprocessor):
         ran.append(cell.source)
         outputs = kernel.run_cell(cell.source, timeout)["outputs"]
         if not hidden_checks.started:
-            return outputs
+            return _students_outputs(bound_outputs(outputs, kernel.limits.output, kernel.limits.stream))
         return withhold_cell_outputs(outputs, kernel.limits, timed_out=kernel.timed_out, timeout=timeout)
 
     @staticmethod
@@ -251,3 +252,10 @@ class IsolatedExecute(NbGraderPreprocessor):
         for cell in cells:
             if cell.cell_type == "code":
                 cell.outputs = [nbformat.from_dict(_error(NOT_RUN, reason))]
+
+
+def _students_outputs(outputs: list[dict]) -> list[dict]:
+    """A cell's outputs from the kernel (already bounded), every error in them the student's: one that
+    bears a name of the grader's verdicts (a class the student named KernelDied) says whose it is."""
+    return [{**output, "ename": student_error_name(str(output.get("ename", "")))}
+            if output.get("output_type") == "error" else output for output in outputs]

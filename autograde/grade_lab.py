@@ -28,6 +28,7 @@ import nbformat
 from autograde.edition import build_edition
 from autograde.execute import GradingSettings
 from autograde.feedback import finish_page
+from autograde.grader_limits import stopped_by_limit
 from autograde.layout import COURSE_ID, LAB_NAME, SAFE_ID, GradingError, Workspace, gpu_available
 from autograde.release import generate_release
 from autograde.results import (NEEDS_GPU, CellResult, LabResult, NotebookResult, classify_cell,
@@ -188,6 +189,8 @@ class Grader:
                                                     timeout=self._time_limit(students))
         except Exception as error:  # subprocess.TimeoutExpired and OS errors alike
             return f"grading was stopped: {type(error).__name__}: {error}"
+        if stopped := stopped_by_limit(completed.returncode, self.settings.limits):
+            return stopped
         log = completed.stdout + completed.stderr
         if completed.returncode != 0 or "There was an error processing" in log:
             errors = [line for line in log.splitlines() if "| ERROR]" in line][-5:]
@@ -205,6 +208,8 @@ class Grader:
                                                   timeout=limit)
         except Exception as error:  # subprocess.TimeoutExpired and OS errors alike
             return {student: f"grading was stopped: {type(error).__name__}: {error}"}, True
+        if stopped := stopped_by_limit(completed.returncode, self.settings.limits):
+            return {student: stopped}, True
         lines = [line for line in completed.stdout.splitlines() if line.startswith(MARKER)]
         if not lines:
             tail = " / ".join((completed.stderr or "").strip().splitlines()[-3:])

@@ -17,6 +17,17 @@ MISSING = "missing"        # the notebook was not submitted, or could not be rea
 PARTIAL = "partial"
 
 FAILED_CHECK_NAMES = {"CheckFailed", "AssertionError"}
+# The error names ``classify_cell`` reads as the grader's verdicts. The grader writes them itself; an
+# error the student's code raised under one of them is shown as ``student_error_name`` says, so a class
+# the student names KernelDied or CheckFailed reads as what it is (see docs/trust-model.md).
+GRADER_OUT_OF_MEMORY = "GraderOutOfMemory"   # a check passed the grading process's memory limit (grader_limits)
+VERDICT_NAMES = ("CellTimeoutError", "KernelDied", "NotRun", "NeedsGPU", GRADER_OUT_OF_MEMORY,
+                 *sorted(FAILED_CHECK_NAMES))
+
+
+def student_error_name(name: str) -> str:
+    """The name an error of the student's code is shown under: its own, unless a verdict of the grader's uses it."""
+    return f"{name} (raised by your code)" if name in VERDICT_NAMES else name
 REASON_BYTES = 4096     # a lost point's reason as results, result files and report.json keep it
 PROBLEM_BYTES = 2048    # one problem line of a submission
 MAX_PROBLEMS = 50

@@ -34,13 +34,15 @@ import threading
 import warnings
 from typing import Any
 
+from autograde.grader_limits import cell_cpu_budget, grader_memory_sentence
 from autograde.preprocessors import HIDDEN_BEGIN, HIDDEN_END
+from autograde.results import GRADER_OUT_OF_MEMORY, student_error_name
 from autograde.withhold import WITHHELD_NOTE, HiddenChecks, withhold_error
 from course_lib.checks import _HIDDEN_CHECK, _PLATFORM_BUILDER, _SHARER, _URL_SHARER
 from course_lib.runner.bounded import HIDDEN_OUTPUT_NOTE, TextKeeper
-from course_lib.runner.channel import ChannelClosed, ProtocolError, StudentError
+from course_lib.runner.channel import StudentError, from_kernel
 from course_lib.runner.limits import KernelLimits
-from course_lib.runner.student import CellTimeout, KernelDied, StudentKernel
+from course_lib.runner.student import CellTimeout, StudentKernel
 
 __all__ = ["free_names", "mark_hidden_regions", "run_test_cell", "strip_magics"]
 
@@ -166,14 +168,22 @@ class _Output(io.TextIOBase):
             return self._keeper.text()
 
 
+class _Alarm:
+    """The grader's record that its own alarm stopped the cell (never inferred from an exception's class)."""
+
+    def __init__(self) -> None:
+        self.fired = False
+
+
 @contextlib.contextmanager
-def _alarm(seconds: float):
+def _alarm(seconds: float, record: _Alarm):
     """Stop runaway grader-side code (a loop driven by a student's answers) with SIGALRM."""
     if threading.current_thread() is not threading.main_thread() or seconds <= 0:
         yield
         return
 
     def on_alarm(signum, frame):
+        record.fired = True
         raise CellTimeout("the test ran past its time limit")
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
@@ -185,21 +195,31 @@ def _alarm(seconds: float):
         signal.signal(signal.SIGALRM, previous)
 
 
-def _from_student(error: BaseException) -> bool:
-    """Whether ``error``, or an exception it came from, was raised by the student's code in the kernel."""
+def _chain(error: BaseException):
+    """``error`` and the exceptions it came from (causes and contexts), each once."""
     seen = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, StudentError) or getattr(current, "remote_traceback", None) is not None:
-            return True
+        yield current
         current = current.__cause__ or current.__context__
-    return False
+
+
+def _from_student(error: BaseException) -> bool:
+    """Whether ``error``, or an exception it came from, was raised by the student's code in the kernel."""
+    return any(from_kernel(current) for current in _chain(error))
 
 
 def _raised_in_kernel(error: BaseException) -> bool:
     """Whether ``error`` itself (not an exception it came from) was raised by the student's code in the kernel."""
-    return isinstance(error, StudentError) or getattr(error, "remote_traceback", None) is not None
+    return from_kernel(error)
+
+
+def _out_of_grader_memory(error: BaseException) -> bool:
+    """Whether a check's own allocation failed here, in the grader (not the student's, rebuilt from the kernel)."""
+    return any((isinstance(current, MemoryError)
+                or (isinstance(current, RuntimeError) and "can't allocate memory" in str(current)[:500]))
+               and not from_kernel(current) for current in _chain(error))
 
 
 # The only names of the student's errors a hidden check shows: the stub's and a limit's (each a bit
@@ -223,17 +243,32 @@ def _hidden_error_output(error: BaseException) -> dict:
     return {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": [f"{ename}: {evalue}"]}
 
 
-def _error_output(error: BaseException, kernel: StudentKernel, timeout: float, *, hidden: bool = False) -> dict:
-    """The cell's error output: the exception's name and message, and the student's own traceback."""
-    if isinstance(error, (ChannelClosed, ProtocolError)):
-        error = KernelDied(kernel._death_reason(error))
-    if isinstance(error, StudentError) and error.ename == "KeyboardInterrupt" and kernel.timed_out:
-        error = CellTimeout()
-    if isinstance(error, CellTimeout):
+def _grader_verdict(error: BaseException, kernel: StudentKernel, timeout: float, alarm: _Alarm,
+                    limits: KernelLimits) -> dict | None:
+    """The cell's error output when the grader itself ended the cell, from its own records, or None.
+
+    The kernel ended (``kernel.ended()``: the grader's record of a death, a broken channel, a kernel
+    process gone), the cell ran out of time (the grader interrupted the kernel, or its own alarm
+    fired), or a check passed the grader's memory limit. Whatever exception the check let through (a
+    check may wrap a KernelDied in its own CheckFailed), and whatever the kernel sent (a class named
+    KernelDied, a message shaped like a limit), the verdict is the grader's record, in its words.
+    """
+    death = kernel.ended()
+    if death is not None:
+        return {"output_type": "error", "ename": "KernelDied", "evalue": death, "traceback": [death]}
+    if alarm.fired or kernel.timed_out:
         return {"output_type": "error", "ename": "CellTimeoutError",
                 "evalue": f"the cell ran longer than the {timeout:g} s limit and was interrupted", "traceback": []}
-    if isinstance(error, KernelDied):
-        return {"output_type": "error", "ename": "KernelDied", "evalue": str(error), "traceback": [str(error)]}
+    if _out_of_grader_memory(error):
+        sentence = grader_memory_sentence(limits)
+        return {"output_type": "error", "ename": GRADER_OUT_OF_MEMORY, "evalue": sentence, "traceback": [sentence]}
+    return None
+
+
+def _error_output(error: BaseException, kernel: StudentKernel, timeout: float, *, hidden: bool = False) -> dict:
+    """The cell's error output when the grader did not end the cell: the exception's name and message,
+    and the student's own traceback; an error of the student's code bears the name it gave, made
+    distinct from the grader's verdicts (``student_error_name``)."""
     # An assert of the test code keeps its message (the instructor wrote it); an AssertionError the
     # student's code raised is the student's message, which may spell out the hidden inputs.
     own_assert = type(error) is AssertionError and not _raised_in_kernel(error)   # the test code's assert
@@ -250,19 +285,14 @@ def _error_output(error: BaseException, kernel: StudentKernel, timeout: float, *
     evalue = str(error)
     if isinstance(error, StudentError) and evalue.startswith(f"{ename}: "):
         evalue = evalue[len(ename) + 2:]
+    if _raised_in_kernel(error):
+        ename = student_error_name(ename)
     traceback_lines = []
     student_traceback = "" if hidden else _student_traceback(error)
     if student_traceback:
         traceback_lines.append(student_traceback)
     traceback_lines.append(f"{ename}: {evalue}")
     return {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": traceback_lines}
-
-
-def _grader_made(error: BaseException, kernel: StudentKernel) -> bool:
-    """Whether the grader, not the student's code, wrote ``error``'s words (a timeout, a dead kernel)."""
-    if isinstance(error, StudentError):
-        return error.ename == "KeyboardInterrupt" and kernel.timed_out   # the grader's interrupt
-    return isinstance(error, (CellTimeout, KernelDied, ChannelClosed, ProtocolError))
 
 
 def _student_traceback(error: BaseException) -> str:
@@ -323,9 +353,11 @@ def run_test_cell(source: str, kernel: StudentKernel, namespace: dict[str, Any],
     sharer = _SHARER.set(kernel.share)
     url_sharer = _URL_SHARER.set(kernel.expose_url)
     outputs: list[dict] = []
+    alarm = _Alarm()
+    wall_s = timeout + GRADER_GRACE_S
     try:
         with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output), \
-                warnings.catch_warnings(), _alarm(timeout + GRADER_GRACE_S):
+                warnings.catch_warnings(), _alarm(wall_s, alarm), cell_cpu_budget(limits, wall_s):
             warnings.simplefilter("default")
             for name in free_names(tree):
                 if name in namespace or name == HIDDEN_SWITCH:
@@ -338,11 +370,12 @@ def run_test_cell(source: str, kernel: StudentKernel, namespace: dict[str, Any],
     except BaseException as error:  # noqa: BLE001 - every failure of the cell becomes its error output
         if isinstance(error, (KeyboardInterrupt, SystemExit)) and not isinstance(error, CellTimeout):
             raise
-        shown = _error_output(error, kernel, timeout, hidden=output.hidden)
+        verdict = _grader_verdict(error, kernel, timeout, alarm, limits)
+        shown = verdict or _error_output(error, kernel, timeout, hidden=output.hidden)
         if output.withheld and not output.hidden:
             watchdog = getattr(kernel, "watchdog", None)
             peak = watchdog.peak.processes if watchdog is not None else 0
-            shown = withhold_error(shown, limits, trusted=_grader_made(error, kernel), peak_processes=peak)
+            shown = withhold_error(shown, limits, trusted=verdict is not None, peak_processes=peak)
         outputs.append(shown)
     finally:
         switch_hidden(False)

@@ -53,9 +53,9 @@ def _error(ename: str, evalue: str) -> dict:
             "traceback": [f"{ename}: {evalue}" if evalue else ename]}
 
 
-def _limit_named(evalue: str, limits: KernelLimits) -> str | None:
+def _limit_named(evalue: str, limits: KernelLimits, names: tuple[str, ...] = LIMITS) -> str | None:
     """The limit sentence an error's message starts with (the grader's words), if any."""
-    return next((limit_message(name, limits) for name in LIMITS if evalue.startswith(limit_message(name, limits))),
+    return next((limit_message(name, limits) for name in names if evalue.startswith(limit_message(name, limits))),
                 None)
 
 
@@ -78,25 +78,23 @@ def withhold_error(output: dict, limits: KernelLimits, *, trusted: bool = False,
     return _error("Error", STUDENT_RAISED)
 
 
-def withhold_death(output: dict, limits: KernelLimits) -> dict:
-    """A dead kernel's error (``KernelDied``) reduced to what the grader knows without the student's help.
+def withhold_death(reason: str, limits: KernelLimits) -> str:
+    """How the kernel ended (the grader's record, ``StudentKernel.ended()``), reduced to what the grader
+    knows without the student's help.
 
     The grader's own sentence about a death still carries what the student's code chose: the exit
     code (``os._exit(41)``), the signal, the text of a malformed message the kernel wrote on the
-    channel, how much memory or how many processes it held. Only the limit that stopped it stays.
+    channel, how much memory or how many processes it held. Only the limit that stopped it stays,
+    in the words the grader writes for that limit (never words taken from the reason).
     """
-    evalue = str(output.get("evalue", ""))
-    shown = KERNEL_STOPPED
-    if limit := _limit_named(evalue, limits):
-        shown = f"{limit}: the kernel was stopped while running this cell; the cells after it were not run"
-    elif evalue.startswith(("the cell ran past its", "the kernel stopped reading")):
-        shown = KERNEL_STOPPED_LATE
+    if limit := _limit_named(reason, limits, (*LIMITS, "files")):
+        return f"{limit}: the kernel was stopped while running this cell; the cells after it were not run"
+    if reason.startswith(("the cell ran past its", "the kernel stopped reading")):
         processes = limit_message("processes", limits)
-        if f"({processes}:" in evalue:   # the watchdog saw it at the process limit: the grader's words
-            shown = f"{processes}: {shown}"
-    elif evalue.startswith("limit of ") and " files in the scratch folder reached" in evalue:
-        shown = evalue.split(" reached")[0] + " reached: the kernel was stopped; the cells after it were not run"
-    return {"output_type": "error", "ename": "KernelDied", "evalue": shown, "traceback": [shown]}
+        if f"({processes}:" in reason:   # the watchdog saw it at the process limit: the grader's words
+            return f"{processes}: {KERNEL_STOPPED_LATE}"
+        return KERNEL_STOPPED_LATE
+    return KERNEL_STOPPED
 
 
 def withhold_cell_outputs(outputs: list[dict], limits: KernelLimits, *, timed_out: bool,

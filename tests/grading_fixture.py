@@ -303,6 +303,18 @@ def add_one(x):
         raise getattr(builtins, _errors[x % len(_errors)])()
     return x + 1
 """
+FORGED_KERNEL_DIED = """
+class _Forged(Exception):
+    pass
+_Forged.__module__ = "course_lib"                     # rebuilt by the old grader as its own KernelDied,
+_Forged.__qualname__ = "runner.student.KernelDied"    # whose words it trusted
+def double(x):
+    raise _Forged(f"limit of {_seen} files in the scratch folder reached")
+"""
+HUGE_RANGE = """
+def add_one(x):
+    return range(40_000_000)   # three ints on the channel; forty million items to whoever lists them
+"""
 STALL_PADDING = "def double(x):\n    return 2 * x\n" + ("# " + "p" * 100 + "\n") * 13_000
 # The limits of the grading run: small, so that each attack is cheap to stop.
 LIMITS = "memory=1GB,processes=128,disk=128MB,file=64MB"
@@ -329,6 +341,8 @@ ATTACKS = {
     "attack-exit-code-hidden": dict(answers={"add_one": EXIT_WITH_HIDDEN}),
     "attack-forged-frame": dict(answers={"add_one": REMEMBER_HIDDEN, "double": FORGED_FRAME}),
     "attack-error-name-hidden": dict(answers={"add_one": ERROR_NAME_HIDDEN}),
+    "attack-forged-kernel-died": dict(answers={"add_one": REMEMBER_HIDDEN, "double": FORGED_KERNEL_DIED}),
+    "attack-huge-range": dict(answers={"add_one": HUGE_RANGE}),
 }
 STUDENTS.update(ATTACKS)
 
@@ -367,6 +381,8 @@ EXPECTED_CPU = {
     "attack-exit-code-hidden": (2, 8),   # the kernel ends in test_add_one's hidden check: ch1's tests lost, ch2 fine
     "attack-forged-frame": (5, 8),       # its malformed reply stops the kernel in double's cell: test_double not run
     "attack-error-name-hidden": (6, 8),  # add_one raises on the hidden input: test_add_one lost
+    "attack-forged-kernel-died": (5, 8),   # double raises a look-alike of the grader's KernelDied: test_double lost
+    "attack-huge-range": (5, 8),         # add_one's range(40_000_000) is refused on receipt: its two tests lost
 }
 FORGED_TIMESTAMP = "2001-01-01 00:00:00.000000 UTC\n<script>alert('gradebook')</script>\n"
 # Hand-in times (timestamp.txt) of two students, around the due time test_grading_rules grades with.

@@ -33,8 +33,9 @@ GRADER_ATTACKS = {
                               "attack-output-flood", "attack-print-hidden-inputs", "attack-feedback-script",
                               "attack-print-hidden-inputs-later", "attack-fish-expected-values",
                               "attack-module-by-name", "attack-memory-hog", "attack-disk-filler",
-                              "attack-process-storm", "attack-forged-timestamp", "attack-hash-bomb"],
-    "lab02-prefill-vs-decode": ["attack-lent-model-overload"],
+                              "attack-process-storm", "attack-forged-timestamp", "attack-hash-bomb",
+                              "attack-forged-kernel-died"],
+    "lab02-prefill-vs-decode": ["attack-lent-model-overload", "attack-huge-range"],
     "lab05-serving": ["attack-relay-symlink"],
 }
 RUN_LIMIT_S = 40 * 60   # a bound no attack may stretch: each is stopped at its cell's limit or sooner
@@ -105,21 +106,38 @@ def test_every_attack_scores_its_spec_and_the_correct_student_full_marks(graded)
                     assert notebook["score"] == notebook["max_score"], (entry["lab"], notebook["name"])
 
 
-@pytest.mark.parametrize("student", ["attack-print-hidden-inputs", "attack-print-hidden-inputs-later",
-                                     "attack-fish-expected-values"])
-def test_no_hidden_input_reaches_a_feedback_page_or_the_outputs_of_a_graded_notebook(graded, student):
-    """One attacker prints its arguments while the checks run; the other keeps them and prints them in
-    the next answer cell. Neither output, nor any other cell's, holds a hidden test's input."""
+@pytest.mark.parametrize("student, notebook", [
+    ("attack-print-hidden-inputs", "02_training_vs_inference"),
+    ("attack-print-hidden-inputs-later", "02_training_vs_inference"),
+    ("attack-fish-expected-values", "02_training_vs_inference"),
+    ("attack-forged-kernel-died", "01_tokenization"),
+])
+def test_no_hidden_input_reaches_a_feedback_page_or_the_outputs_of_a_graded_notebook(graded, student, notebook):
+    """One attacker prints its arguments while the checks run; another keeps them and prints them in the
+    next answer cell; another raises them in an error dressed as the grader's own KernelDied (which the old
+    grader trusted with 42 KB of them). No output, page or report holds a hidden test's input."""
     root = graded[0]
     lab = "lab01-text-to-tensors"
-    secrets = hidden_inputs(lab, "02_training_vs_inference")
+    secrets = hidden_inputs(lab, notebook)
     assert secrets, "the hidden tests have inputs to look for"
-    page = (root / "out" / "feedback" / student / lab / "02_training_vs_inference.html").read_text()
-    notebook = json.loads((root / "out" / "autograded" / student / lab / "02_training_vs_inference.ipynb").read_text())
-    outputs = json.dumps([cell.get("outputs", []) for cell in notebook["cells"]])
+    page = (root / "out" / "feedback" / student / lab / f"{notebook}.html").read_text()
+    graded_notebook = json.loads((root / "out" / "autograded" / student / lab / f"{notebook}.ipynb").read_text())
+    outputs = json.dumps([cell.get("outputs", []) for cell in graded_notebook["cells"]])
+    report = (root / "out" / "report.json").read_text()
     assert "hidden checks have called your code earlier in this notebook" in page
     for secret in secrets:
         assert secret not in outputs, f"hidden input {secret!r} leaked into a cell's output"
+        assert json.dumps(secret)[1:-1] not in report, f"hidden input {secret!r} leaked into report.json"
+
+
+def test_a_huge_range_costs_its_cell_and_says_why(graded):
+    """static_batching returns range(40_000_000): the old grader's list() of it took 1.5 GB of its memory."""
+    report = json.loads((graded[0] / "out" / "report.json").read_text())
+    entry = next(entry for entry in report["submissions"]
+                 if entry["student"] == "attack-huge-range" and entry["lab"] == "lab02-prefill-vs-decode")
+    reasons = {lost["cell"]: lost["reason"] or "" for lost in entry["lost_points"]}
+    assert set(reasons) == {"test_static_batching"}
+    assert "range of 40,000,000 items" in reasons["test_static_batching"]
 
 
 def test_feedback_pages_are_safe_and_small(graded):

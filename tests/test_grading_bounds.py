@@ -39,11 +39,15 @@ def test_limits_are_read_from_pairs_and_files(tmp_path):
     limits = parse_limits([str(config)])
     assert limits.memory == 1536 * MiB and limits.disk == 512 * MiB and limits.processes == 512
     assert KernelLimits.from_dict(json.loads(limits.to_json())) == limits
+    grader = parse_limits(["grader_memory=12GB,grader_cpu=20m"])   # the grading process's own
+    assert (grader.grader_memory, grader.grader_cpu) == (12 * GiB, 1200)
+    assert grader.grader_summary() == "memory 12 GB, CPU 20 min per test cell"
 
 
 @pytest.mark.parametrize("spec,words", [
     ("memory=lots", "memory"), ("colour=blue", "unknown limit 'colour'"), ("processes=1", "processes"),
     ("stream=4MB", "cannot exceed output"), ("no-such-file.conf", "neither key=value"),
+    ("grader_cpu=5", "grader_cpu must be a whole number >= 10 s"), ("grader_memory=a lot", "bytes such as 8GB"),
 ])
 def test_a_bad_limit_names_the_key_and_what_is_allowed(spec, words):
     with pytest.raises(LimitsError, match=words):

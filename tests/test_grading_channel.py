@@ -31,6 +31,8 @@ from course_lib.runner.channel import (
                                        describe_error,
                                        rebuild_error,
                                        )
+from course_lib.runner.receipt import (MAX_BYTES, MAX_DEPTH, MAX_INT_BITS, MAX_ITEMS, MAX_MESSAGE_ITEMS, MAX_STR_CHARS,
+                                      ValueTooLarge)
 
 
 class StudentThing:
@@ -96,6 +98,17 @@ class KernelHandler:
         if op == "use_shared":
             shared, method = args
             return getattr(shared, method)(5) if method != "__call__" else shared(5)
+        if op == "raise_as":   # an exception class that claims to be someone else's
+            module, qualname, message = args
+            forged = type(qualname.rsplit(".", 1)[-1], (Exception,), {"__module__": module})
+            forged.__qualname__ = qualname
+            raise forged(message)
+        if op == "lend_back":   # the student's code calls a lent object with the value it is given
+            shared, value = args
+            try:
+                return shared(value)
+            except Exception as error:   # what the student's code sees
+                return f"{type(error).__name__}: {error}"
         raise ValueError(op)
 
 
@@ -381,7 +394,7 @@ def test_many_shallow_containers_still_cross():
     message = {"reply": 1, "value": [(index, [index, {"k": (index,)}]) for index in range(5000)]}
     assert grader.loads(kernel.dumps(message)) == message
     deep = [1]
-    for _ in range(400):
+    for _ in range(MAX_DEPTH - 1):   # the checks' values nest five deep at most
         deep = [deep]
     assert grader.loads(kernel.dumps({"reply": 1, "value": deep})) == {"reply": 1, "value": deep}
 
@@ -392,8 +405,11 @@ def test_a_tensor_view_that_describes_more_than_a_frame_is_refused():
     kernel = Endpoint(-1, -1, KERNEL, lambda op, args: None)
     grader = Endpoint(-1, -1, GRADER, lambda op, args: None)
     huge = torch.zeros(1).expand(2**40)
-    with pytest.raises(ProtocolError, match="more than a frame"):
+    with pytest.raises(ValueTooLarge, match="as copied"):
         grader.loads(kernel.dumps({"reply": 1, "value": huge}))
+    many = [torch.zeros(1).expand(2**25) for _ in range(5)]   # 128 MB each as copied, 640 MB together
+    with pytest.raises(ValueTooLarge, match="512 MB of them in one value"):
+        grader.loads(kernel.dumps({"reply": 1, "value": many}))
     view = torch.arange(6.0).reshape(1, 6).expand(1000, 6)
     got = grader.loads(kernel.dumps({"reply": 1, "value": view}))["value"]
     assert torch.equal(got, view) and got.stride() == (0, 1)
@@ -541,3 +557,157 @@ def test_a_late_reply_to_an_abandoned_request_is_dropped():
         assert grader.request("echo_after_a_late_reply", 10_000, "fresh") == "fresh"
         with pytest.raises(ProtocolError):   # a reply to a request never made is still refused
             grader.request("echo_after_a_late_reply", 20_000, "fresh")
+
+
+# ---- nothing from the kernel is the grader's own (docs/trust-model.md) ----------------------------
+
+FORGED_ERRORS = [
+    ("course_lib", "runner.student.KernelDied"),        # the issue's forgery: reached through attributes
+    ("course_lib.runner.student", "KernelDied"),
+    ("course_lib.runner.student", "CellTimeout"),
+    ("course_lib.runner.receipt", "ValueTooLarge"),
+    ("course_lib.runner.channel", "ProtocolError"),
+    ("course_lib.checks", "CheckFailed"),
+    ("course_lib.checks", "NeedsGPU"),
+    ("course_lib", "checks.CheckFailed"),
+    ("course_lib", "paged.OutOfBlocksError"),           # a library error, but not under its own name
+    ("course_lib.server.shipping", "ShippingError"),     # a library error no check expects
+    ("builtins", "KeyboardInterrupt"),
+    ("builtins", "SystemExit"),
+    ("__main__", "KernelDied"),
+]
+
+
+@pytest.mark.parametrize("module, qualname", FORGED_ERRORS)
+def test_an_error_from_the_kernel_is_the_students_whatever_it_claims(module, qualname):
+    """A student's class that names itself course_lib + runner.student.KernelDied was rebuilt as the grader's
+    own KernelDied, which the grader trusted with its text (42 KB of hidden inputs came out that way). Every
+    error from the kernel is now a StudentError (its name kept as the student gave it) or, for built-in and a
+    few library types, that type; either way marked as the kernel's."""
+    import course_lib.runner.student  # noqa: F401 - the grader has its own classes loaded
+    from course_lib.runner.channel import from_kernel
+
+    info = {"type": qualname, "module": module, "message": "limit of SECRET files in the scratch folder reached",
+            "traceback": ""}
+    error = rebuild_error(info, trusted=False)
+    assert type(error) is StudentError and error.ename == qualname
+    assert from_kernel(error)
+    with channel_pair() as (grader, _, _):
+        with pytest.raises(StudentError) as raised:
+            grader.request("raise_as", module, qualname, "forged")
+        assert raised.value.ename == qualname and from_kernel(raised.value)
+
+
+def test_builtin_and_listed_library_errors_keep_their_type_and_are_marked_as_the_kernels():
+    import course_lib.paged  # noqa: F401
+    from course_lib.paged import OutOfBlocksError
+    from course_lib.runner.channel import from_kernel
+
+    for error in (ValueError("v"), KeyError("k"), StopIteration(), FileNotFoundError("f"), OutOfBlocksError("o")):
+        rebuilt = rebuild_error(describe_error(error), trusted=False)
+        assert type(rebuilt) is type(error) and from_kernel(rebuilt)
+    assert not from_kernel(ValueError("the grader's own"))
+
+
+@pytest.mark.parametrize("value, words", [
+    (range(40_000_000), "range of 40,000,000 items"),
+    (range(0, 2**5000, 2**4990), "int of 5,001 bits"),
+    (range(2**4000), "range of"),
+    (list(range(MAX_ITEMS + 1)), f"list of {MAX_ITEMS + 1:,} items"),
+    ({index: index for index in range(MAX_ITEMS + 1)}, "dict of"),
+    ("x" * (MAX_STR_CHARS + 1), "string of"),
+    (b"x" * (MAX_BYTES + 1), "bytes value of"),
+    (2 ** (MAX_INT_BITS + 1), "int of"),
+    ([[index] * 900 for index in range(MAX_MESSAGE_ITEMS // 900 + 1)], "items in one value"),
+], ids=["range", "range-end", "range-len", "list", "dict", "str", "bytes", "int", "message"])
+def test_a_value_past_a_limit_is_refused_on_receipt_and_the_channel_goes_on(value, words):
+    """range(40_000_000) crosses as three ints; the batching check's list() of it took 1.5 GB of the grader's
+    memory in one C call. Each kind of value is measured before a check sees it; one past a limit is refused
+    with a sentence, the check gets ValueTooLarge (no ValueError: a check expecting one must not be fooled),
+    and the kernel and the channel go on."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with channel_pair() as (grader, _, _):
+        with pytest.raises(ValueTooLarge, match=words) as refused:
+            grader.request("echo", value)
+        assert not isinstance(refused.value, (ValueError, TypeError))
+        assert grader.request("echo", [1, 2, 3]) == [1, 2, 3]
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mb < 600, f"the test process's peak memory grew {grown_mb:.0f} MB"
+
+
+def test_values_as_large_as_the_checks_need_still_cross():
+    """The largest values the reference answers of every lab send the grader (measured), with room to spare."""
+    ids = list(range(200_000))
+    nested = [1]
+    for _ in range(MAX_DEPTH - 1):
+        nested = [nested]
+    with channel_pair() as (grader, _, _):
+        assert grader.request("echo", ids) == ids
+        assert grader.request("echo", range(MAX_ITEMS)) == range(MAX_ITEMS)
+        assert grader.request("echo", "é" * 1_000_000) == "é" * 1_000_000
+        assert grader.request("echo", nested) == nested
+        assert grader.request("echo", torch.zeros(512, 49_152)).shape == (512, 49_152)
+        assert grader.request("echo", {"k": 2**4000}) == {"k": 2**4000}
+
+
+def test_a_request_from_the_kernel_with_a_value_past_a_limit_fails_in_the_students_code():
+    calls = []
+    lent = Shared(lambda value: calls.append(value) or "served", ("__call__",))
+    with channel_pair() as (grader, _, _):
+        assert grader.request("lend_back", lent, [1, 2]) == "served"
+        answer = grader.request("lend_back", lent, range(40_000_000))
+        assert answer.startswith("ValueTooLarge: your code gave the grader a range of 40,000,000 items")
+        assert calls == [[1, 2]], "the lent object never saw the refused value"
+
+
+def _frame_with_pid(pid: tuple) -> bytes:
+    """A reply whose value is the persistent id ``pid``: what a kernel that writes its own frames sends."""
+    import io
+
+    marker = object()
+
+    class Forger(pickle.Pickler):
+        def persistent_id(self, obj):
+            return pid if obj is marker else None
+
+    buffer = io.BytesIO()
+    Forger(buffer, protocol=5).dump({"reply": 1, "value": marker})
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("pid", [
+    ("dataclass", "course_lib.runner.limits", "KernelLimits", {"memory": 1 << 40}),   # the grader's own
+    ("dataclass", "course_lib", "runner.limits.KernelLimits", {"memory": 1 << 40}),   # reached through attributes
+    ("dataclass", "course_lib", "model_config.ModelConfig", {}),                       # not its own name
+    ("dataclass", "course_lib.scheduler", "Request", {"request_id": 1}),              # mutable: a handle, never a value
+    ("enum", "course_lib", "scheduler.RequestStatus", "RUNNING"),
+    ("enum", "course_lib.runner.sandbox", "Isolation", "NONE"),
+], ids=["runner", "runner-by-attribute", "by-attribute", "mutable", "enum-by-attribute", "runner-enum"])
+def test_a_course_object_is_rebuilt_only_under_its_own_name_and_never_the_platforms(pid):
+    import course_lib.model_config  # noqa: F401
+    import course_lib.runner.limits  # noqa: F401
+    import course_lib.scheduler  # noqa: F401
+
+    grader = Endpoint(-1, -1, GRADER, lambda op, args: None)
+    with pytest.raises(ProtocolError):
+        grader.loads(_frame_with_pid(pid))
+
+
+def test_what_a_handle_says_about_itself_is_kept_small():
+    grader = Endpoint(-1, -1, GRADER, lambda op, args: None)
+    info = {"type": "T" * 100_000, "callable": "yes", "class_methods": [f"m{i}" for i in range(100_000)] + [7],
+            "injected": "x"}
+    handle = grader.loads(_frame_with_pid(("handle", KERNEL, 5, info)))["value"]
+    assert len(handle._info["type"]) < 1000 and handle._info["callable"] is False and "injected" not in handle._info
+    assert len(handle._info["class_methods"]) <= 1000
+
+
+def test_a_reply_whose_id_is_not_a_number_is_a_malformed_message():
+    """{"reply": [1]}: the grader's lookup among abandoned requests raised TypeError (unhashable) in the check."""
+    with channel_pair() as (grader, _, _):
+        grader._abandoned.add(10_000)
+        with pytest.raises(ProtocolError, match="without a request id"):
+            grader.request("echo_after_a_late_reply", [10_000], "fresh")
+        assert grader.failure is not None

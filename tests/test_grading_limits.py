@@ -233,6 +233,98 @@ def test_a_failing_check_in_a_hidden_region_names_neither_the_inputs_nor_the_exp
     assert "during hidden checks is not shown" in text(silent), "the note does not depend on a print"
 
 
+FORGED_KERNEL_DIED = """
+_kept = []
+def remember(x):
+    _kept.append(x)
+    return x
+class _Forged(Exception):
+    pass
+_Forged.__module__ = "course_lib"
+_Forged.__qualname__ = "runner.student.KernelDied"
+def leak():
+    raise _Forged("limit of " + repr(_kept) + " files in the scratch folder reached")
+"""
+
+
+def test_a_forged_kernel_died_is_the_students_error_and_carries_nothing_out(kernel):
+    """The grader rebuilt a student class that named itself course_lib + runner.student.KernelDied as its own
+    KernelDied and trusted its words (a shape it kept from deaths it made itself): a direct call after the
+    hidden checks carried their inputs out. Now it is the student's error, withheld like any other, and the
+    kernel, which did not die, goes on."""
+    from autograde.testcells import run_test_cell
+    from autograde.withhold import HiddenChecks, STUDENT_RAISED
+
+    run(kernel, FORGED_KERNEL_DIED)
+    hidden = HiddenChecks()
+    run_test_cell("### BEGIN HIDDEN TESTS\nassert remember('SECRET-INPUT-6') == 'SECRET-INPUT-6'\n"
+                  "### END HIDDEN TESTS\n", kernel, {}, timeout=30, hidden_checks=hidden)
+    outputs = run_test_cell("leak()\n", kernel, {}, timeout=30, hidden_checks=hidden)
+    assert "SECRET" not in json.dumps(outputs)
+    assert error(outputs) == f"Error: {STUDENT_RAISED}"
+    assert kernel.ended() is None and kernel.alive
+    visible = run_test_cell("leak()\n", kernel, {}, timeout=30)   # before any hidden check: the student's own words
+    assert error(visible).startswith("runner.student.KernelDied: limit of ")
+
+
+def test_a_huge_range_costs_the_cell_not_the_graders_memory(kernel):
+    """range(40_000_000) crosses as three ints; the batching check's list() of it took 1.5 GB of the grader's
+    memory. It is refused on receipt: the cell fails with a sentence, the kernel goes on."""
+    import resource
+
+    from autograde.testcells import run_test_cell
+
+    run(kernel, "def policy(state):\n    return range(40_000_000)\n")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    outputs = run_test_cell("from course_lib.checks.batching import _admitted_ids\n"
+                            "_admitted_ids(policy(None), 'static_batching(state)')\n", kernel, {}, timeout=30)
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert "ValueTooLarge: your code gave the grader a range of 40,000,000 items" in error(outputs)
+    assert grown_mb < 300, f"the grader's peak memory grew {grown_mb:.0f} MB"
+    assert kernel.ended() is None and run(kernel, "print('still here')")[0]["text"] == "still here\n"
+
+
+def test_an_os_error_the_students_code_raises_does_not_end_the_kernel(kernel):
+    """A FileNotFoundError from the kernel was taken for a broken pipe: the grader killed the kernel."""
+    from course_lib import gguf_file
+
+    with pytest.raises(OSError) as raised:
+        kernel.build(gguf_file.open_gguf, ("/no/such/model.gguf",), {})
+    assert not isinstance(raised.value, KernelDied) and kernel.ended() is None and kernel.alive
+
+
+GRADER_CPU_OVERRUN = """
+import resource, sys, types
+from autograde.grader_limits import apply_grader_memory, cell_cpu_budget
+apply_grader_memory(types.SimpleNamespace(grader_memory=1 << 30))
+try:
+    bytearray(2 << 30)
+except MemoryError:
+    print("the grader's allocation past its limit failed", flush=True)
+with cell_cpu_budget(types.SimpleNamespace(grader_cpu=1)):
+    sum(range(10 ** 11))   # one C call: no alarm, no Python handler runs until it returns
+print("not reached", flush=True)
+"""
+
+
+def test_the_grading_process_has_limits_of_its_own(kernel, tmp_path):
+    """A check that allocates past the grader's memory limit fails its cell with the grader's sentence; a C call
+    that runs past the CPU budget of a test cell ends the grading process, which the grader reports as such."""
+    import signal
+    import subprocess
+    import sys
+
+    from autograde.grader_limits import stopped_by_limit
+    from autograde.testcells import run_test_cell
+
+    outputs = run_test_cell("ballast = bytearray(1 << 42)\n", kernel, {}, timeout=30)   # in the grader: 4 TB
+    assert error(outputs).startswith("GraderOutOfMemory: the grader's memory limit of 8 GB was reached")
+    run = subprocess.run([sys.executable, "-c", GRADER_CPU_OVERRUN], capture_output=True, text=True, timeout=120)
+    assert "the grader's allocation past its limit failed" in run.stdout and "not reached" not in run.stdout
+    assert run.returncode == -signal.SIGXCPU
+    assert "CPU-time limit of 10 min per test cell" in stopped_by_limit(run.returncode, KernelLimits())
+
+
 def test_require_own_implementation_asks_the_kernel_where_the_code_comes_from(kernel):
     from course_lib.checks import CheckFailed, register_reference_names, require_own_implementation
 

@@ -22,7 +22,7 @@ GPU_CHECK_PASSES = {"correct", "noisy", "tampered", "copied-test-cells", "wrong-
                     "attack-lying-eq",
                     "attack-read-secrets", "attack-write-outside", "attack-disk-filler", "attack-output-flood",
                     "attack-print-hidden", "attack-feedback-script", "attack-forged-timestamp", "attack-assert-hidden",
-                    "attack-error-name-hidden"}
+                    "attack-error-name-hidden", "attack-huge-range"}
 GPU = False
 try:
     import torch
@@ -254,7 +254,9 @@ def feedback_page(root: Path, student: str, notebook: str = "ch1") -> str:
 def test_the_header_names_the_limits_in_force(graded):
     _, run, report = graded
     assert "Limits per kernel: memory 1 GB, 128 processes" in run.stderr
-    assert report["kernel_limits"]["processes"] == 128
+    assert "Limits of the grading process (test cells run there): memory 8 GB, CPU 10 min per test cell" \
+        in run.stderr
+    assert report["kernel_limits"]["processes"] == 128 and report["kernel_limits"]["grader_memory"] == 8 << 30
 
 
 @pytest.mark.parametrize("student,words", [("attack-memory-hog", "memory limit of 1 GB reached"),
@@ -349,6 +351,34 @@ def test_how_the_kernel_died_or_what_it_raised_carries_no_hidden_input(graded, s
         assert "code 41" not in text and "[1, 41" not in text
     assert errors[41 % len(errors)] not in outputs
     assert "exited with code" not in outputs and "sent a malformed message" not in outputs
+
+
+def test_an_error_dressed_as_the_graders_own_death_is_the_students_and_carries_nothing_out(graded):
+    """A class named course_lib + runner.student.KernelDied was rebuilt as the grader's KernelDied, whose
+    words the grader kept where they had the shape of its own ("limit of X files in the scratch folder
+    reached"): X held the inputs add_one kept from the hidden check. The grader knows its deaths by its own
+    record: the error is the student's, withheld like any other, and the kernel, alive, grades on."""
+    root, _, report = graded
+    student = "attack-forged-kernel-died"
+    entry = by_student(report)[student]
+    assert cell(entry, "ch1", "test_double")["status"] == "error"
+    graded_notebook = json.loads((root / "out" / "autograded" / student / LAB / "ch1.ipynb").read_text())
+    outputs = json.dumps([c.get("outputs", []) for c in graded_notebook["cells"]])
+    for text in (feedback_page(root, student), outputs, (root / "out" / "report.json").read_text(),
+                 (root / "out" / "results" / LAB / f"{student}.json").read_text()):
+        assert "[1, 41" not in text
+    assert "files in the scratch folder" not in outputs   # (the page shows the answer's source, which has it)
+    assert "KernelDied" not in outputs and "NotRun" not in outputs, "the kernel did not die: nothing was skipped"
+
+
+def test_a_huge_range_is_refused_on_receipt_with_a_sentence(graded):
+    """range(40_000_000) crosses the channel as three ints; whatever the grader makes of it (list() took
+    1.5 GB) costs the grader, not the student. It is refused on receipt: those cells fail, saying why."""
+    _, _, report = graded
+    entry = by_student(report)["attack-huge-range"]
+    reason = cell(entry, "ch1", "test_add_one")["reason"]
+    assert "range of 40,000,000 items" in reason and "at most 1,048,576 items" in reason
+    assert cell(entry, "ch1", "test_double")["points"] == 3 and cell(entry, "ch2", "test_square")["points"] == 2
 
 
 def test_a_copied_test_cell_is_the_students_own_cell(graded):

@@ -189,10 +189,14 @@ def test_a_withheld_death_keeps_only_the_limit_that_caused_it():
         "(process limit of 512 reached: 541 processes and threads)":   # the limit stays, the count goes
             f"{limit_message('processes', limits)}: {KERNEL_STOPPED_LATE}",
     }
-    for evalue, expected in died.items():
-        shown = withhold_death({"output_type": "error", "ename": "KernelDied", "evalue": evalue,
-                                "traceback": [evalue]}, limits)
-        assert shown["evalue"] == expected and "41" not in str(shown), evalue
+    files = limit_message("files", limits)
+    died[f"{files}"] = f"{files}: the kernel was stopped while running this cell; the cells after it were not run"
+    # The shape of that sentence, with the hidden inputs where the count goes (what a forged KernelDied
+    # carried out before the grader kept its own record of deaths), is none of the grader's limits.
+    died["limit of SECRET 41 files in the scratch folder reached"] = KERNEL_STOPPED
+    for reason, expected in died.items():
+        shown = withhold_death(reason, limits)
+        assert shown == expected and "41" not in shown, reason
 
 
 def test_due_times_parse_per_lab_and_refuse_what_is_not_a_time():
@@ -270,3 +274,18 @@ def test_notebook_kernels_ignore_a_font_list_left_by_another_matplotlib(tmp_path
     theirs = subprocess.run([sys.executable, "-c", _LOG_PLOT], env=shared_environment, capture_output=True,
                             text=True, timeout=120)
     assert "findfont" in theirs.stderr, "the poisoned font list did not poison: this test shows nothing"
+
+
+def test_a_students_error_never_bears_the_name_of_a_graders_verdict():
+    """The report reads a test cell's status from its error's name (KernelDied: the kernel died, CheckFailed: a
+    check failed...). The grader writes those names itself; a student's class named like one says whose it is."""
+    from autograde.execute import _students_outputs
+    from autograde.results import VERDICT_NAMES, student_error_name
+
+    for name in VERDICT_NAMES:
+        assert student_error_name(name) == f"{name} (raised by your code)"
+    assert student_error_name("ValueError") == "ValueError"
+    outputs = _students_outputs([{"output_type": "error", "ename": "KernelDied", "evalue": "limit of 41 files",
+                                  "traceback": []},
+                                 {"output_type": "stream", "name": "stdout", "text": "KernelDied\n"}])
+    assert outputs[0]["ename"] == "KernelDied (raised by your code)" and outputs[1]["text"] == "KernelDied\n"

@@ -31,9 +31,18 @@ notebook's wall time and the output a cell keeps. `course grade` prints them and
 enforces each; --limits changes them (key=value pairs, or a file of `key = value` lines):
 
     --limits memory=2GB,processes=256,cpu=30m,file=512MB,disk=2GB,notebook=20m,output=4MB,stream=200KB
+    --limits grader_memory=12GB,grader_cpu=20m
 
 A kernel that passes a limit loses the cells it was running, with the reason in its feedback
 ("memory limit of 4 GB reached"); every other submission is graded as usual.
+
+The test cells run in the grader, against the student's objects in the kernel, so the grading
+process has limits of its own, printed beside the kernel's: grader_memory (its data limit: a check
+that passes it fails that test cell, "the grader's memory limit of 8 GB was reached") and
+grader_cpu (CPU seconds per test cell: past it the system ends the grading process, and that
+submission alone is reported as not graded, with the reason). Every value a kernel sends the
+grader is bounded on receipt too (docs/trust-model.md): a range, list or string far larger than
+any check needs fails its cell with a sentence that says so.
 
 Grading runs on Dask: --jobs N starts N local worker processes (one submission each at a
 time); --cluster tcp://HOST:PORT uses a scheduler you started (`dask scheduler`, then
@@ -73,9 +82,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--timeout", type=int, default=120, metavar="SECONDS",
                         help="time limit per notebook cell in seconds (default: 120)")
     parser.add_argument("--limits", action="append", metavar="KEY=VALUE,...|FILE",
-                        help="the kernels' limits: memory, processes, cpu, file, disk, notebook, output, stream "
-                             "(default: memory=4GB,processes=512,cpu=20m,file=1GB,disk=1GB,notebook=15m,output=2MB,"
-                             "stream=100KB); a FILE holds one key = value per line")
+                        help="the kernels' limits: memory, processes, cpu, file, disk, notebook, output, stream, and "
+                             "the grading process's: grader_memory, grader_cpu (default: memory=4GB,processes=512,"
+                             "cpu=20m,file=1GB,disk=1GB,notebook=15m,output=2MB,stream=100KB,grader_memory=8GB,"
+                             "grader_cpu=10m); a FILE holds one key = value per line")
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="local Dask worker processes, each grading one submission at a time (default: 1)")
     parser.add_argument("--cluster", metavar="tcp://HOST:PORT",
@@ -97,6 +107,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from autograde.dispatch import GradeRun, gpu_cells_skipped, grade
     from autograde.due import CLAIM, DueError, hand_in, parse_due
+    from autograde.grader_limits import grader_enforcement
     from autograde.layout import GradingError, find_repo_root, list_labs
     from autograde.outputs import write_class_outputs
     from autograde.report import one_line_summary, score_table
@@ -138,6 +149,9 @@ def run(args) -> int:
             when += [f"{lab} {time:%Y-%m-%d %H:%M} UTC" for lab, time in sorted(due.by_lab.items())]
             print(f"Due: {'; '.join(when)} (hand-in times are read from {CLAIM})", file=sys.stderr)
         for line in enforcement(limits, sandbox=isolation.name, own_user=own_user):
+            print(f"  {line}", file=sys.stderr)
+        print(f"Limits of the grading process (test cells run there): {limits.grader_summary()}", file=sys.stderr)
+        for line in grader_enforcement(limits):
             print(f"  {line}", file=sys.stderr)
 
         def on_start(run) -> None:

@@ -7,9 +7,11 @@ message is a length-prefixed frame of a *restricted* pickle:
 - Values that cross by value: None, bools, ints, floats, complex numbers, strings, bytes, lists,
   tuples, dicts, sets, ranges, slices, torch tensors and numpy arrays (rebuilt from their raw
   bytes on the receiving side, so a tensor subclass with a clever ``__eq__`` arrives as a plain
-  tensor), torch dtypes and devices, and the members of ``course_lib`` enums (looked up in the
-  receiver's own library). Standard containers (Counter, defaultdict, deque, named tuples) become
-  dicts, lists and tuples.
+  tensor), torch dtypes and devices, the members of ``course_lib`` enums and its frozen dataclasses
+  (looked up in the receiver's own library; from the kernel, only under their own names and never
+  the platform's). Standard containers (Counter, defaultdict, deque, named tuples) become dicts,
+  lists and tuples. On the grader's side every value is measured on receipt (``receipt``): one past
+  a limit (a ``range(40_000_000)``, a 30-million-item list) is refused with ``ValueTooLarge``.
 - Everything else the kernel sends becomes a *handle*: a numbered entry in the sender's table of
   exported objects, which the receiver sees as a ``RemoteObject`` proxy. Calling the proxy, reading
   its attributes or iterating it sends a request back to the owner. A handle sent back to its owner
@@ -22,8 +24,9 @@ from the kernel the grader checks that the pickle uses only the opcodes of plain
 persistent ids (no REDUCE, BUILD, GLOBAL...), so a hand-made frame can neither run code in the
 grader nor change one of its objects. Modules never cross: a module the student's code returns
 is a handle like any other object, and a test cell imports what it needs itself. Exceptions cross
-as (type name, module, message, traceback text), each clipped to a few kilobytes, and are rebuilt
-by the receiver as types it already knows (see ``rebuild_error``).
+as (type name, module, message, traceback text), each clipped to a few kilobytes; the grader
+rebuilds every one as the student's error (``rebuild_error``), never as one of its own classes.
+docs/trust-model.md gives the rule for each kind of object, and the test that forges it.
 
 Every wait is bounded: a read and a write both end at the current deadline (a kernel that stops
 itself, ``SIGSTOP``, after reading half a request blocks the grader's write no longer than a read),
@@ -58,6 +61,9 @@ import types
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
+
+from course_lib.runner.receipt import (ValueTooLarge, copied_bytes, message_refusal, range_refusal, refusal,
+                                      tensor_refusal)
 
 __all__ = [
     "ChannelClosed",
@@ -434,15 +440,26 @@ def _rebuild_ndarray(dtype_str: str, shape: tuple, raw: bytes):
     return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
 
 
+# The platform's modules, whose objects the grader never rebuilds from a name the kernel sends: the
+# runner (the grader's own deaths, timeouts and limits), the student's tools and commands. (The checks'
+# frozen dataclasses do cross back: a check lends a ConfigSizes, and a call in place returns it.)
+PLATFORM_MODULES = ("course_lib.runner", "course_lib.handin", "course_lib.commands", "course_lib.cli")
+
+
 def _resolve_course_attribute(module_name: str, qualname: str, *, import_missing: bool = True) -> Any:
     """``module_name.qualname`` of course_lib. ``import_missing=False`` (a name the kernel chose): only a
-    module this process has already imported, so no name from the kernel ever runs a module's code here."""
+    module this process has already imported, so no name from the kernel ever runs a module's code here;
+    no module of ``PLATFORM_MODULES``; and only an object that is what the name says, defined there
+    under that name (``course_lib`` + ``runner.student.KernelDied`` reaches the grader's KernelDied
+    through attributes, but it is not ``course_lib.KernelDied``)."""
     if not isinstance(module_name, str) or not isinstance(qualname, str) \
             or not (module_name == "course_lib" or module_name.startswith("course_lib.")):
         raise ProtocolError(f"only course_lib names may be looked up, got {module_name!r}")
     if import_missing:
         target: Any = importlib.import_module(module_name)
     else:
+        if _in_platform(module_name):
+            raise ProtocolError(f"{module_name} is the grader's own: its names are not looked up for the kernel")
         target = sys.modules.get(module_name)
         if target is None:
             raise ProtocolError(f"{module_name} is not loaded in the grader; a check that expects its objects "
@@ -451,29 +468,42 @@ def _resolve_course_attribute(module_name: str, qualname: str, *, import_missing
         if part.startswith("_"):
             raise ProtocolError(f"private name {qualname!r} may not be looked up")
         target = getattr(target, part)
+    if not import_missing and (getattr(target, "__module__", None) != module_name
+                               or getattr(target, "__qualname__", None) != qualname):
+        raise ProtocolError(f"{module_name}.{qualname} is not defined under that name")
     return target
 
 
+def _in_platform(module_name: str) -> bool:
+    return any(module_name == wing or module_name.startswith(wing + ".") for wing in PLATFORM_MODULES)
+
+
 class _Unpickler(pickle.Unpickler):
+    """Plain data and the objects of persistent ids; on the grader's side, each of those bounded as it is
+    built (``receipt``): one past a limit becomes None and its sentence goes to ``refusals``."""
+
     def __init__(self, file, endpoint: "Endpoint") -> None:
         super().__init__(file)
         self.endpoint = endpoint
+        self.refusals: list[str] = []
+        self.tensor_bytes = 0   # of the tensors and arrays built so far, as copied
 
     def find_class(self, module: str, name: str):
         raise pickle.UnpicklingError(f"the channel carries no classes ({module}.{name} refused)")
 
-    def persistent_load(self, pid: Any):  # noqa: C901 - one dispatch on the tags of _Pickler
+    def persistent_load(self, pid: Any):
         if not isinstance(pid, tuple) or not pid or not isinstance(pid[0], str):
             raise ProtocolError(f"malformed persistent id {pid!r}")
-        tag, *fields = pid
+        if self.endpoint.side == GRADER:
+            problem = _pid_refusal(pid, self)
+            if problem is not None:
+                self.refusals.append(problem)
+                return None
+        return self._load(pid[0], pid[1:])
+
+    def _load(self, tag: str, fields: tuple):  # noqa: C901 - one dispatch on the tags of _Pickler
         if tag == "tensor":
-            tensor = _rebuild_tensor(*fields)
-            if self.endpoint.side == GRADER and tensor.numel() * tensor.element_size() > MAX_KERNEL_FRAME_BYTES:
-                # A view with zero strides describes 2**40 elements in a few bytes; one elementwise operation
-                # of a check on it (isfinite, a difference) would then fill the grader's memory, in C.
-                raise ProtocolError(f"a tensor of shape {tuple(tensor.shape)} would take more than a frame "
-                                    f"({MAX_KERNEL_FRAME_BYTES >> 20} MiB) if copied; it does not cross the channel")
-            return tensor
+            return _rebuild_tensor(*fields)
         if tag == "ndarray":
             return _rebuild_ndarray(*fields)
         if tag in ("value", "dict", "list", "tuple", "bytes"):
@@ -511,6 +541,8 @@ class _Unpickler(pickle.Unpickler):
             cls = _resolve_course_attribute(module_name, qualname, import_missing=trusted)
             if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)) or not isinstance(values, dict):
                 raise ProtocolError(f"{module_name}.{qualname} is not a dataclass")
+            if not trusted and not cls.__dataclass_params__.frozen:   # the kernel's mutable ones are handles
+                raise ProtocolError(f"{module_name}.{qualname} is not a frozen dataclass")
             return cls(**values)
         if tag == "ref":
             owner, handle_id = fields
@@ -524,6 +556,47 @@ class _Unpickler(pickle.Unpickler):
             owner, handle_id, info = fields
             return self.endpoint.proxy(owner, handle_id, info)
         raise ProtocolError(f"unknown tag {tag!r}")
+
+
+def _pid_refusal(pid: tuple, unpickler: _Unpickler) -> str | None:
+    """Why the object a persistent id from the kernel describes is past the grader's limits, or None.
+
+    Checked before it is built: a range is lazy (its length, not its three ints, is what a check's
+    ``list()`` costs), a tensor's or array's shape says what one elementwise operation on it copies,
+    and a dataclass's values go through its ``__init__``. Every other field is plain data, measured
+    like any value.
+    """
+    tag, fields = pid[0], pid[1:]
+    if tag in ("tensor", "ndarray") and len(fields) >= 3:
+        dtype_name, shape = fields[0], fields[1]
+        problem = refusal((dtype_name, shape) + tuple(fields[3:]))   # not the raw bytes: the frame bounds them
+        if problem is None and isinstance(shape, tuple) and all(type(size) is int for size in shape):
+            element_bytes = _element_bytes(tag, dtype_name)
+            problem = tensor_refusal("tensor" if tag == "tensor" else "array", shape, element_bytes,
+                                     unpickler.tensor_bytes)
+            unpickler.tensor_bytes += copied_bytes(shape, element_bytes) if problem is None else 0
+        return problem
+    problem = refusal(fields)
+    if problem is None and tag == "range" and len(fields) == 3 and all(type(end) is int for end in fields) \
+            and fields[2] != 0:
+        problem = range_refusal(range(*fields))
+    return problem
+
+
+def _element_bytes(tag: str, dtype_name: Any) -> int:
+    """Bytes per element of a tensor's torch dtype name or an array's numpy dtype string (1 if unknown:
+    the rebuild refuses an unknown dtype itself)."""
+    try:
+        if tag == "tensor":
+            import torch
+
+            dtype = getattr(torch, str(dtype_name), None)
+            return max(1, torch.empty(0, dtype=dtype).element_size()) if isinstance(dtype, torch.dtype) else 1
+        import numpy as np
+
+        return max(1, np.dtype(str(dtype_name)).itemsize)
+    except Exception:  # noqa: BLE001 - a malformed dtype is refused when the value is rebuilt
+        return 1
 
 
 def _opcode_table() -> dict[int, int]:
@@ -1035,12 +1108,16 @@ class _SharedProxy:
 
 # Built-in exceptions rebuilt as themselves: checks rely on their types (a refused allocation is an
 # error of the documented type, iteration ends with StopIteration, a stub is NotImplementedError).
+# Only Exception's: KeyboardInterrupt, SystemExit and GeneratorExit from the kernel are StudentErrors.
 _BUILTIN_ERRORS = {
     name: value for name, value in vars(builtins).items()
     if isinstance(value, type) and issubclass(value, Exception) and not issubclass(value, Warning)
 }
-# course_lib exceptions the other side may raise as themselves; never the checks' or the grader's own.
-_NEVER_REBUILT = ("course_lib.checks", "course_lib.runner", "course_lib.handin.notebooks")
+# The library's own errors a student's code is asked to raise, or that checks give a hint for, rebuilt
+# as themselves; exactly these (module, name) pairs, never a name looked up from what the kernel says.
+LIBRARY_ERRORS = (("course_lib.paged", "OutOfBlocksError"),
+                  ("course_lib.kernels.interpreter_guard", "OutOfBoundsAccess"),
+                  ("course_lib.sim.batching", "PolicyError"))
 
 
 def describe_error(error: BaseException) -> dict:
@@ -1061,14 +1138,26 @@ def describe_error(error: BaseException) -> dict:
             "traceback": clip(text, TRACEBACK_BYTES, "traceback")}
 
 
+def from_kernel(error: BaseException) -> bool:
+    """Whether ``error`` was rebuilt from an error the other side (the student's kernel) described.
+
+    The mark is set here, by the receiving side, on the object it builds: nothing the kernel sends can
+    set it on, or take it off, an exception the grader made.
+    """
+    return isinstance(error, StudentError) or getattr(error, "remote_traceback", None) is not None
+
+
 def rebuild_error(info: dict, *, trusted: bool) -> BaseException:
     """The exception to raise on this side for an error described by the other side.
 
-    Built-in exception types and the exceptions of course_lib's platform modules come back as
-    themselves (``OutOfBlocksError``, ``ValueError``, ``NotImplementedError``...). On the grader's
-    side (``trusted=False``) anything else, including look-alikes of the checks' own exceptions
-    (``CheckFailed``, ``NeedsGPU``) defined by the student, becomes a ``StudentError`` that keeps
-    the original name in its message.
+    On the grader's side (``trusted=False``) every error from the kernel is the student's, whatever it
+    claims: an instance of a built-in exception type (``ValueError``, ``NotImplementedError``...) or
+    of one of ``LIBRARY_ERRORS`` when it names one, else a ``StudentError`` that keeps the name it gave.
+    Its type, module and message are only ever words the student chose: a class that claims to be
+    the grader's (``KernelDied``, ``CheckFailed``, ``NeedsGPU``, any module, any qualname) is a
+    StudentError like any other. Each rebuilt error carries ``remote_type`` and ``remote_traceback``
+    (``from_kernel``). The kernel (``trusted=True``) rebuilds the grader's errors from any course_lib
+    module; anything else becomes a RuntimeError there.
     """
     from course_lib.runner.bounded import MESSAGE_BYTES, NAME_BYTES, TRACEBACK_BYTES, clip
 
@@ -1077,18 +1166,11 @@ def rebuild_error(info: dict, *, trusted: bool) -> BaseException:
     name = clip(info.get("type", "Exception"), NAME_BYTES)
     module = clip(info.get("module", ""), NAME_BYTES)
     message = clip(info.get("message", ""), MESSAGE_BYTES, "error message")
+    cls = _error_class(module, name, trusted=trusted)
     error: BaseException | None = None
-    if module == "builtins" and name in _BUILTIN_ERRORS:
-        cls = _BUILTIN_ERRORS[name]
+    if cls is not None:
         try:
-            error = cls(message) if cls is not KeyError else KeyError(message)
-        except Exception:
-            error = None
-    elif (module == "course_lib" or module.startswith("course_lib.")) and not module.startswith(_NEVER_REBUILT):
-        try:
-            cls = _resolve_course_attribute(module, name, import_missing=trusted)
-            if isinstance(cls, type) and issubclass(cls, Exception):
-                error = cls(message)
+            error = cls(message)
         except Exception:
             error = None
     if error is None:
@@ -1096,6 +1178,25 @@ def rebuild_error(info: dict, *, trusted: bool) -> BaseException:
     error.remote_traceback = clip(info.get("traceback", ""), TRACEBACK_BYTES, "traceback")  # type: ignore[attr-defined]
     error.remote_type = name  # type: ignore[attr-defined]
     return error
+
+
+def _error_class(module: str, name: str, *, trusted: bool) -> type | None:
+    """The class an error described as ``module.name`` is rebuilt as on this side, or None."""
+    if module == "builtins":
+        return _BUILTIN_ERRORS.get(name)
+    if not trusted:
+        if (module, name) not in LIBRARY_ERRORS:
+            return None
+        loaded = sys.modules.get(module)
+        cls = getattr(loaded, name, None) if loaded is not None else None
+        return cls if isinstance(cls, type) and issubclass(cls, Exception) and cls.__module__ == module else None
+    if module == "course_lib" or module.startswith("course_lib."):
+        try:
+            cls = _resolve_course_attribute(module, name)
+        except Exception:
+            return None
+        return cls if isinstance(cls, type) and issubclass(cls, Exception) else None
+    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -1119,6 +1220,7 @@ class Endpoint:
         self.read_fd, self.write_fd, self.side = read_fd, write_fd, side
         self._frames = FrameReader(read_fd, MAX_KERNEL_FRAME_BYTES if side == GRADER else MAX_FRAME_BYTES)
         self._abandoned: set[int] = set()   # requests given up on (timed out): their late replies are dropped
+        self.failure: BaseException | None = None   # the first ChannelClosed or ProtocolError a request ended with
         self.writing_late = False
         self.handler = handler
         self.on_output = on_output
@@ -1169,7 +1271,7 @@ class Endpoint:
         if self.side == GRADER:
             if owner != KERNEL:
                 raise ProtocolError("the kernel may only hand out its own objects")
-            created: Any = RemoteObject(self, owner, handle_id, info)
+            created: Any = RemoteObject(self, owner, handle_id, _handle_info(info))
         else:
             created = _SharedProxy(self, owner, handle_id, info)
         self._proxies[key] = created
@@ -1183,14 +1285,28 @@ class Endpoint:
         return buffer.getvalue()
 
     def loads(self, payload: bytes) -> Any:
+        """A frame's message; on the grader's side, ValueTooLarge when a value in it is past a limit."""
+        message, refused = self._decode(payload)
+        if refused is not None:
+            raise ValueTooLarge(refused)
+        return message
+
+    def _decode(self, payload: bytes) -> tuple[Any, str | None]:
+        """A frame's message, and on the grader's side why part of it is refused (``receipt``), or None."""
         if self.side == GRADER:
             check_opcodes(payload)
+        unpickler = _Unpickler(io.BytesIO(payload), self)
         try:
-            return _Unpickler(io.BytesIO(payload), self).load()
+            message = unpickler.load()
         except (ProtocolError, pickle.UnpicklingError):
             raise
         except Exception as error:
             raise ProtocolError(f"could not decode a message: {type(error).__name__}: {error}") from None
+        if self.side != GRADER:
+            return message, None
+        if unpickler.refusals:
+            return message, unpickler.refusals[0]
+        return message, message_refusal(message) if isinstance(message, dict) else None
 
     def send(self, message: dict) -> None:
         """Send one message; on the grader's side no longer than the current deadline (then ``on_timeout``)."""
@@ -1206,11 +1322,12 @@ class Endpoint:
         self.deadline = self.on_timeout()
         return self.deadline
 
-    def receive(self, deadline: float | None) -> dict:
-        message = self.loads(self._frames.read(deadline))
+    def receive(self, deadline: float | None) -> tuple[dict, str | None]:
+        """The next message, and why a value in it is refused (grader's side), or None."""
+        message, refused = self._decode(self._frames.read(deadline))
         if not isinstance(message, dict):
             raise ProtocolError("a message must be a dict")
-        return message
+        return message, refused
 
     # ---- requests ---------------------------------------------------------------------------
 
@@ -1220,6 +1337,11 @@ class Endpoint:
             request_id = next(self._request_ids)
             try:
                 return self._request_locked(request_id, op, args)
+            except (ChannelClosed, ProtocolError) as error:
+                if self.failure is None:   # the grader's record: a check that catches this cannot hide it
+                    self.failure = error
+                self._abandoned.add(request_id)
+                raise
             except BaseException:
                 self._abandoned.add(request_id)   # a timeout or an alarm: its reply may still come
                 raise
@@ -1228,23 +1350,30 @@ class Endpoint:
         self.send({"id": request_id, "op": op, "args": args})
         while True:
             try:
-                message = self.receive(self.deadline)
+                message, refused = self.receive(self.deadline)
             except ChannelTimeout:
                 if self.on_timeout is None:
                     raise
                 self.deadline = self.on_timeout()
                 continue
             if "op" in message:
-                self.serve(message)
+                if refused is not None:   # the student's code asked with a value past a limit: it gets the error
+                    self.send({"reply": message.get("id"), "error": describe_error(ValueTooLarge(refused))})
+                else:
+                    self.serve(message)
                 continue
+            if type(message.get("reply")) is not int:   # (a list would not even hash: the set below raises)
+                raise ProtocolError(f"a reply without a request id: {clip_repr(message.get('reply'))}")
             if message.get("reply") in self._abandoned and message.get("reply") != request_id:
                 self._abandoned.discard(message.get("reply"))
                 continue
             if message.get("reply") != request_id:
                 raise ProtocolError(f"reply to request {message.get('reply')!r} while waiting for {request_id}")
             output = message.get("output")
-            if output and self.on_output is not None:
-                self.on_output(str(output))
+            if isinstance(output, str) and output and self.on_output is not None:
+                self.on_output(_cut_printed(output))
+            if refused is not None:
+                raise ValueTooLarge(refused)
             if "error" in message:
                 raise rebuild_error(message["error"], trusted=self.side == KERNEL)
             return message.get("value")
@@ -1285,7 +1414,7 @@ class Endpoint:
         """The kernel's main loop: serve requests until the channel closes."""
         while True:
             try:
-                message = self.receive(None)
+                message, _ = self.receive(None)
             except ChannelClosed:
                 return
             if "op" not in message:
@@ -1294,6 +1423,41 @@ class Endpoint:
                 self.send({"reply": message.get("id"), "value": None})
                 return
             self.serve(message)
+
+
+def clip_repr(value: Any, limit: int = 80) -> str:
+    """A short repr of a value the kernel sent, for the grader's own messages."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _handle_info(info: dict) -> dict:
+    """What the grader keeps of the description a kernel sends with a handle: the keys it reads, each
+    of its kind and clipped (a type name shows in a check's message; method names save a request)."""
+    from course_lib.runner.bounded import NAME_BYTES, clip
+
+    kept: dict = {key: info[key] is True for key in ("callable", "is_class") if key in info}
+    for key in ("type", "name"):
+        if isinstance(info.get(key), str):
+            kept[key] = clip(info[key], NAME_BYTES)
+    methods = info.get("class_methods")
+    if isinstance(methods, list):
+        kept["class_methods"] = [name for name in methods[:MAX_CLASS_METHODS]
+                                 if isinstance(name, str) and len(name) <= NAME_BYTES]
+    return kept
+
+
+MAX_CLASS_METHODS = 1000        # method names kept per handle (the library's largest class has a few dozen)
+PRINTED_CHARS = 4 << 20         # characters of printed text taken from one reply (the cell keeps far fewer)
+
+
+def _cut_printed(text: str) -> str:
+    """What the student's code printed during a request, cut to its head and tail before the cell's
+    own limit (``bounded.TextKeeper``) measures it: slicing a string costs no copy of the whole."""
+    if len(text) <= PRINTED_CHARS:
+        return text
+    half = PRINTED_CHARS // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half:,} characters of output cut here ...]\n{text[-half:]}"
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""What one graded kernel may use: memory, processes, CPU time, file and disk bytes, wall time, output.
+"""What one graded kernel may use (memory, processes, CPU time, file and disk bytes, wall time, output), and
+what the grading process that runs its test cells may use (memory, CPU time per test cell).
 
 The limits follow the trusted autograders' habit (autograder.io's sandbox: 4 GB of memory, 512
 processes, a time limit per command, output truncated past a size): each is a number with a
@@ -20,6 +21,16 @@ A *kernel* is the process tree that runs one student notebook. What each limit d
 - ``output``: bytes of output one cell keeps (text streams keep their head and tail, ``stream``
   bytes in all, and say how much was cut); what the student's code prints during a hidden check
   is never kept.
+
+The grading process (nbgrader's, where the test cells run against the kernel) has two of its own
+(``autograde.grader_limits``), so that what a check does with a student's value costs at most that
+cell, or that submission, never the worker or the machine:
+
+- ``grader_memory``: the process's data limit; a check's allocation past it fails, and the cell
+  with it ("the grader's memory limit of 8 GB was reached ...").
+- ``grader_cpu``: CPU seconds one test cell may use in the grader, its threads together; past it
+  (only a C call that never returns gets there: the cell's alarm stops Python code first) the
+  system ends the process, and that submission is reported as not graded, with the reason.
 
 The per-cell time limit stays ``--timeout``. A submission's grading job gets, per notebook, the
 smaller of (code cells x (timeout + grace)) and the notebook limit, plus start-up: with the
@@ -60,10 +71,13 @@ class KernelLimits:
     notebook: int = 15 * 60        # wall seconds for one notebook's cells
     output: int = 2 * MiB          # bytes of output kept per cell
     stream: int = 100 * KiB        # bytes of printed text kept per cell (head and tail)
+    grader_memory: int = 8 * GiB   # bytes, the grading process's data limit
+    grader_cpu: int = 10 * 60      # CPU seconds of the grading process per test cell
 
     def __post_init__(self) -> None:
         minimum = {"memory": 64 * MiB, "processes": 16, "cpu": 10, "file": 1 * MiB, "disk": 1 * MiB,
-                   "notebook": 10, "output": 4 * KiB, "stream": 1 * KiB}
+                   "notebook": 10, "output": 4 * KiB, "stream": 1 * KiB, "grader_memory": 512 * MiB,
+                   "grader_cpu": 10}
         for item in fields(self):
             value = getattr(self, item.name)
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum[item.name]:
@@ -93,6 +107,10 @@ class KernelLimits:
                 f"files {format_bytes(self.file)}, disk {format_bytes(self.disk)}, notebook "
                 f"{format_seconds(self.notebook)}, output {format_bytes(self.output)} per cell")
 
+    def grader_summary(self) -> str:
+        """One line for ``course grade``'s header: the grading process's own limits."""
+        return f"memory {format_bytes(self.grader_memory)}, CPU {format_seconds(self.grader_cpu)} per test cell"
+
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
@@ -113,8 +131,8 @@ class KernelLimits:
 _BYTE_UNITS = {"": 1, "b": 1, "k": KiB, "kb": KiB, "kib": KiB, "m": MiB, "mb": MiB, "mib": MiB,
                "g": GiB, "gb": GiB, "gib": GiB, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
 _TIME_UNITS = {"": 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}
-_BYTE_LIMITS = {"memory", "file", "disk", "output", "stream"}
-_TIME_LIMITS = {"cpu", "notebook"}
+_BYTE_LIMITS = {"memory", "file", "disk", "output", "stream", "grader_memory"}
+_TIME_LIMITS = {"cpu", "notebook", "grader_cpu"}
 _VALUE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
@@ -132,7 +150,8 @@ def _parse_value(name: str, text: str) -> int:
     if not match or match.group(2).lower() not in units:
         allowed = {"memory": "bytes such as 4GB, 512MB", "file": "bytes such as 1GB", "disk": "bytes such as 1GB",
                    "output": "bytes such as 2MB", "stream": "bytes such as 100KB", "cpu": "seconds, or 20m, 1h",
-                   "notebook": "seconds, or 15m", "processes": "a whole number such as 512"}[name]
+                   "notebook": "seconds, or 15m", "processes": "a whole number such as 512",
+                   "grader_memory": "bytes such as 8GB", "grader_cpu": "seconds, or 10m"}[name]
         raise LimitsError(f"--limits {name}={text!r}: expected {allowed}")
     return int(float(match.group(1)) * units[match.group(2).lower()])
 

@@ -33,8 +33,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from course_lib.runner.channel import GRADER, ChannelClosed, Endpoint, ProtocolError, Shared, widen_pipe
+from course_lib.runner.channel import GRADER, ChannelClosed, Endpoint, ProtocolError, Shared, from_kernel, widen_pipe
 from course_lib.runner.limits import KERNEL_START_S, KernelLimits
+from course_lib.runner.receipt import ValueTooLarge
 from course_lib.runner.sandbox import (NONE, SEED_INSIDE, WORK_INSIDE, Isolation, default_plan, detect_isolation,
                                        kernel_environment, kernel_python, kernel_uid, readable_to_all,
                                        shared_cache, wrap_command)
@@ -53,7 +54,11 @@ _KERNELS = itertools.count()
 
 
 class KernelDied(RuntimeError):
-    """The student's kernel process ended (or was killed); the message says how."""
+    """The student's kernel process ended (or was killed); the message says how.
+
+    Made only by ``StudentKernel._died``, which records the reason first (``StudentKernel.death``):
+    the grader tells its own verdict by that record, never by this class (see docs/trust-model.md).
+    """
 
 
 class CellTimeout(TimeoutError):
@@ -90,6 +95,7 @@ class StudentKernel:
         self.output_sink: Callable[[str], None] | None = None
         self.timed_out = False
         self.limit_reason: str | None = None   # set when the watchdog stopped the kernel
+        self.death: str | None = None          # how the kernel ended, in the grader's words (``_died`` only)
         self.uid: int | None = None
         self.watchdog: Watchdog | None = None
         self.net_dir: Path | None = None
@@ -173,9 +179,11 @@ class StudentKernel:
             edition_name = self.request("global", "__name__")
         except KernelDied as error:
             detail = " / ".join(self.stderr_tail(600).strip().splitlines()[-3:])
-            raise KernelDied(f"the student kernel did not start: {error}" + (f" ({detail})" if detail else "")) from None
+            self.death = None   # said again in the start-up's words
+            raise self._died(f"the student kernel did not start: {error}" + (f" ({detail})" if detail else "")) \
+                from None
         if edition_name != "__main__":
-            raise KernelDied(f"the student kernel started in an unexpected state ({edition_name!r})")
+            raise self._died(f"the student kernel started in an unexpected state ({edition_name!r})")
 
     def close(self) -> None:
         """End the kernel process (politely first, within seconds) and release the pipes."""
@@ -234,7 +242,7 @@ class StudentKernel:
 
     def _give_up(self) -> float:
         self._kill()
-        raise KernelDied("the kernel did not answer in time and was stopped")
+        raise self._died("the kernel did not answer in time and was stopped")
 
     def _on_timeout(self) -> float:
         if self._interrupted_at is None:
@@ -244,10 +252,10 @@ class StudentKernel:
             return time.monotonic() + INTERRUPT_GRACE_S
         self._kill()
         if self.endpoint is not None and self.endpoint.writing_late:
-            raise KernelDied(f"the kernel stopped reading what the grader sent it, past the cell's "
+            raise self._died(f"the kernel stopped reading what the grader sent it, past the cell's "
                              f"{self._timeout_s:g} s limit, so it was stopped{self._near_limits()}; the cells after "
                              "it were not run")
-        raise KernelDied(f"the cell ran past its {self._timeout_s:g} s limit and the kernel did not stop when "
+        raise self._died(f"the cell ran past its {self._timeout_s:g} s limit and the kernel did not stop when "
                          f"interrupted, so it was stopped{self._near_limits()}; the cells after it were not run")
 
     def _near_limits(self) -> str:
@@ -315,13 +323,34 @@ class StudentKernel:
     def request(self, op: str, *args: Any) -> Any:
         """One request to the kernel; kernel death and broken frames become ``KernelDied``."""
         if self.endpoint is None or self.process is None:
-            raise KernelDied("the student kernel is not running")
+            raise self._died("the student kernel is not running")
         try:
             return self.endpoint.request(op, *args)
         except (ChannelClosed, ProtocolError, OSError) as error:
-            if isinstance(error, TimeoutError):
+            # A TimeoutError is the channel's own (ChannelTimeout); an OSError the student's code raised
+            # (FileNotFoundError, ConnectionError) is the student's error, not a broken channel.
+            if isinstance(error, TimeoutError) or from_kernel(error):
                 raise
-            raise KernelDied(self._death_reason(error)) from None
+            raise self._died(self._death_reason(error)) from None
+
+    def _died(self, reason: str) -> KernelDied:
+        """The grader's verdict that the kernel ended: recorded (the first reason stays), then made."""
+        if self.death is None:
+            self.death = reason
+        return KernelDied(self.death)
+
+    def ended(self) -> str | None:
+        """How the kernel ended, in the grader's words, or None while it runs.
+
+        From the grader's own record (``death``), which this completes: a channel that broke under a
+        request (``Endpoint.failure``, even if a check caught the error) or a kernel process that is
+        gone ends the kernel too. Nothing the kernel sent decides it.
+        """
+        if self.death is None and self.endpoint is not None and self.endpoint.failure is not None:
+            self._died(self._death_reason(self.endpoint.failure))
+        if self.death is None and self.process is not None and self.process.poll() is not None:
+            self._died(self._death_reason(ChannelClosed("the kernel process ended")))
+        return self.death
 
     def _death_reason(self, error: Exception) -> str:
         if self.limit_reason is None and self.cgroup is not None and self.cgroup.oom_killed():
@@ -358,9 +387,15 @@ class StudentKernel:
     def run_cell(self, source: str, timeout: float) -> dict:
         """Run a notebook cell in the kernel: {"outputs": [...], "execution_count": n}."""
         self.set_deadline(timeout)
-        result = self.request("exec_cell", source)
+        try:
+            result = self.request("exec_cell", source)
+        except ValueTooLarge as refused:   # a kernel sent outputs no honest kernel sends (it bounds them itself)
+            return {"outputs": [{"output_type": "error", "ename": "ValueTooLarge", "evalue": str(refused),
+                                 "traceback": [str(refused)]}], "execution_count": None}
         if not isinstance(result, dict) or not isinstance(result.get("outputs"), list):
-            raise KernelDied("the kernel answered a cell with something that is not a cell result")
+            self._kill()
+            raise self._died("the kernel answered a cell with something that is not a cell result, so it was "
+                             "stopped; the cells after it were not run")
         if self.timed_out:
             result["outputs"].append({"output_type": "error", "ename": "CellTimeoutError",
                                       "evalue": f"the cell ran longer than the {timeout:g} s limit and was "

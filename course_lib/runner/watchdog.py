@@ -69,9 +69,14 @@ def apply_rlimits(limits: KernelLimits, *, processes: bool) -> None:
         set_limit(resource.RLIMIT_NPROC, limits.processes)
 
 
+def max_scratch_files(limits: KernelLimits) -> int:
+    """How many files the kernel's scratch folder may hold (each costs the system's memory, not disk)."""
+    return max(10_000, limits.disk // FILES_PER_DISK_BYTES)
+
+
 def limit_message(name: str, limits: KernelLimits) -> str:
-    """The sentence a student reads when the kernel passed limit ``name``."""
-    value = getattr(limits, name)
+    """The sentence a student reads when the kernel passed limit ``name`` ("files": the scratch folder's)."""
+    value = max_scratch_files(limits) if name == "files" else getattr(limits, name)
     shown = {"memory": f"memory limit of {format_bytes(value)}", "processes": f"process limit of {value}",
              "cpu": f"CPU-time limit of {format_seconds(value)}", "file": f"file-size limit of {format_bytes(value)}",
              "disk": f"disk limit of {format_bytes(value)}", "files": f"limit of {value} files in the scratch folder",
@@ -263,9 +268,8 @@ class Watchdog:
             return f"{limit_message('cpu', self.limits)} (the kernel's processes used {usage.cpu:.0f} s of CPU)"
         if usage.processes >= self.limits.processes:   # RLIMIT_NPROC stops it there: reaching it is the sign
             return f"{limit_message('processes', self.limits)} ({usage.processes} processes and threads)"
-        max_files = max(10_000, self.limits.disk // FILES_PER_DISK_BYTES)
-        if usage.files is not None and usage.files > max_files:
-            return f"limit of {max_files} files in the scratch folder reached"
+        if usage.files is not None and usage.files > max_scratch_files(self.limits):
+            return limit_message("files", self.limits)
         return None
 
     def _run(self) -> None:
