@@ -42,6 +42,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from nbgrader.utils import is_grade
 from traitlets import Integer
 
+from autograde.lost_points import NotebookRecord, record_path
 from autograde.testcells import run_test_cell
 from autograde.withhold import HiddenChecks, withhold_cell_outputs, withhold_death
 from course_lib.runner.bounded import bound_outputs, output_size
@@ -133,10 +134,12 @@ class IsolatedExecute(NbGraderPreprocessor):
                 self._mark_not_run(nb.cells, f"the student kernel could not start: {error} {' / '.join(detail)}")
                 kernel.close()
                 return nb, resources
+            record = NotebookRecord()
             try:
-                self._run_cells(nb, kernel, source_cells, settings.gpu, settings.limits)
+                self._run_cells(nb, kernel, source_cells, settings.gpu, settings.limits, record)
             finally:
                 kernel.close()
+                record.write(record_path(settings.workspace, student, lab, name))
         return nb, resources
 
     @staticmethod
@@ -161,7 +164,7 @@ class IsolatedExecute(NbGraderPreprocessor):
         return {cell.metadata["nbgrader"]["grade_id"]: cell for cell in notebook.cells if is_grade(cell)}
 
     def _run_cells(self, nb, kernel: StudentKernel, source_cells: dict[str, dict], gpu: bool,
-                   limits: KernelLimits) -> None:
+                   limits: KernelLimits, record: NotebookRecord | None = None) -> None:
         namespace: dict = {}
         hidden_checks = HiddenChecks()
         died_in: int | None = None
@@ -187,9 +190,13 @@ class IsolatedExecute(NbGraderPreprocessor):
             started = _now()
             try:
                 outputs = self._run_cell(cell, kernel, source_cells, namespace, gpu, index, min(self.timeout, left),
-                                         hidden_checks)
+                                         hidden_checks, record)
             except KernelDied as error:
                 outputs = [_error(KERNEL_DIED, str(error))]
+            if record is not None and hidden_checks.started:   # how it died is withheld below: the record keeps it
+                for output in outputs:
+                    if output.get("ename") == KERNEL_DIED:
+                        record.answer_cell_error(index, cell.source, output)
             peak = kernel.watchdog.peak.processes if kernel.watchdog is not None else 0
             outputs = [name_the_limit(output, limits, peak)
                        for output in bound_outputs(outputs, limits.output, limits.stream)]
@@ -221,7 +228,8 @@ class IsolatedExecute(NbGraderPreprocessor):
             cell.execution_count = count
 
     def _run_cell(self, cell, kernel: StudentKernel, source_cells: dict[str, dict], namespace: dict, gpu: bool,
-                  index: int, timeout: float, hidden_checks: HiddenChecks) -> list[dict]:
+                  index: int, timeout: float, hidden_checks: HiddenChecks,
+                  record: NotebookRecord | None = None) -> list[dict]:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
         # A cell marked as a test that is none of the lab's (a copy of a test cell, which keeps its
         # metadata, or one the student made: nbgrader took its unknown or duplicate grade_id away) is
@@ -230,11 +238,20 @@ class IsolatedExecute(NbGraderPreprocessor):
             source_cell = source_cells[grade_id]
             if cell_needs_gpu(source_cell) and not gpu:
                 return [_error(NEEDS_GPU, "skipped: needs a GPU (this machine has none; not counted in max_score)")]
+            def keep_for_instructor(error: BaseException) -> None:
+                if record is not None:
+                    record.test_cell_error(grade_id, error, cell.source, hidden_started=hidden_checks.started)
+
             return run_test_cell(cell.source, kernel, namespace, timeout=timeout,
-                                 label=f"<test cell {grade_id}>", limits=kernel.limits, hidden_checks=hidden_checks)
+                                 label=f"<test cell {grade_id}>", limits=kernel.limits, hidden_checks=hidden_checks,
+                                 on_error=keep_for_instructor)
         outputs = kernel.run_cell(cell.source, timeout)["outputs"]
         if not hidden_checks.started:
             return outputs
+        if record is not None:   # the notebook shows only the grader's note from here: the record keeps the error
+            for output in outputs:
+                if output.get("output_type") == "error":
+                    record.answer_cell_error(index, cell.source, output)
         return withhold_cell_outputs(outputs, kernel.limits, timed_out=kernel.timed_out, timeout=timeout)
 
     @staticmethod

@@ -29,10 +29,11 @@ from autograde.edition import build_edition
 from autograde.execute import GradingSettings
 from autograde.feedback import finish_page
 from autograde.layout import COURSE_ID, LAB_NAME, SAFE_ID, GradingError, Workspace, gpu_available
+from autograde.lost_points import read_record, record_path
 from autograde.release import generate_release
 from autograde.results import (NEEDS_GPU, CellResult, LabResult, NotebookResult, classify_cell,
                                missing_notebook, needs_gpu)
-from course_lib.handin.notebooks import MalformedNotebook, grade_cells, read_notebook
+from course_lib.handin.notebooks import MalformedNotebook, grade_cells, nbgrader_meta, read_notebook
 
 
 @dataclass
@@ -94,6 +95,9 @@ class Grader:
         self.sources = {path.stem: nbformat.read(path, as_version=4)
                         for path in sorted((solutions_dir / lab).glob("*.ipynb"))}
         self.code_cells: dict[str, list[int]] = {}   # student -> code cells of each staged notebook
+        self.renamed: dict[str, dict[str, str]] = {}  # student -> {chapter: the file name graded as it}
+        # student -> {notebook: the instructor's record of its lost points (lost_points)}: never in a result
+        self.instructor_records: dict[str, dict[str, dict]] = {}
 
     def grade_all(self, submissions: list[Submission], *, release: bool = True) -> list[LabResult]:
         """Grade ``submissions``; ``release=False`` when generate_assignment already ran in this workspace."""
@@ -101,6 +105,8 @@ class Grader:
             generate_release(self.solutions_dir, self.lab, self.workspace)
         self.workspace.extra_environment = self.settings.to_environment()
         results = {s.student: LabResult(s.student, s.lab) for s in submissions}
+        for submission in submissions:   # no record of an earlier grading may pass for this one's
+            shutil.rmtree(record_path(self.workspace.root, submission.student, self.lab, "x").parent, ignore_errors=True)
         staged = {s.student: self._stage(s, results[s.student]) for s in submissions}
         to_grade = [student for student, names in staged.items() if names]
         if self.one_process and len(to_grade) == 1:
@@ -114,38 +120,49 @@ class Grader:
                         missing_notebook(name, self.sources[name], "grading failed", failures[student]))
                 else:
                     results[student].notebooks.append(self._collect(student, name))
+                    record = read_record(record_path(self.workspace.root, student, self.lab, name))
+                    if record is not None:
+                        self.instructor_records.setdefault(student, {})[name] = record
         self._feedback([student for student in to_grade if not failures.get(student)], results,
                        failed=feedback_failed)
         order = list(self.sources)
         for result in results.values():
             result.notebooks.sort(key=lambda nb: order.index(nb.name))
+            for notebook in result.notebooks:
+                notebook.handed_in_as = self.renamed.get(result.student, {}).get(notebook.name)
         return [results[s.student] for s in submissions]
 
     def _stage(self, submission: Submission, result: LabResult) -> set[str]:
-        """Copy the readable notebooks into the workspace; record missing and malformed ones."""
+        """Copy the readable notebooks into the workspace; record missing and malformed ones.
+
+        A chapter whose notebook is missing is looked for among the other notebooks handed in: a
+        renamed copy (``01_tokenization-Copy1.ipynb``, ``01_Tokenization (1).ipynb``, or a notebook
+        holding that chapter's cells) is graded as the chapter, and the result says so.
+        """
         target = self.workspace.path("submitted", submission.student, self.lab)
         if target.exists():
             shutil.rmtree(target)
         target.mkdir(parents=True)
         staged = set()
-        for extra in sorted(p.name for p in submission.folder.glob("*.ipynb") if p.stem not in self.sources):
-            result.problems.append(f"{extra}: not a notebook of {self.lab}; ignored")
+        chosen = self._chapter_files(submission, result)
         for name, source in self.sources.items():
-            path = submission.folder / f"{name}.ipynb"
-            if path.is_symlink():
+            path = chosen.get(name)
+            if path is not None and path.is_symlink():
                 result.notebooks.append(missing_notebook(name, source, "malformed",
-                                                         f"{name}.ipynb is a link, not a notebook: not graded"))
+                                                         f"{path.name} is a link, not a notebook: not graded"))
                 continue
-            if not path.is_file():
+            if path is None or not path.is_file():
                 result.notebooks.append(missing_notebook(name, source, "missing", f"{name}.ipynb was not submitted"))
                 continue
             try:
                 submitted = read_notebook(path)
             except MalformedNotebook as error:
-                result.notebooks.append(missing_notebook(name, source, "malformed", f"{name}.ipynb is unreadable: {error}"))
+                result.notebooks.append(missing_notebook(name, source, "malformed", f"{path.name} is unreadable: {error}"))
                 continue
-            shutil.copy2(path, target / path.name)
+            shutil.copy2(path, target / f"{name}.ipynb")
             staged.add(name)
+            if path.name != f"{name}.ipynb":
+                self.renamed.setdefault(submission.student, {})[name] = path.name
             # Test cells nbgrader restores run too: count the larger of the two.
             self.code_cells.setdefault(submission.student, []).append(max(_code_cells(submitted), _code_cells(source)))
         timestamp_file = submission.folder / "timestamp.txt"
@@ -157,6 +174,28 @@ class Grader:
             if problem:
                 result.problems.append(problem)
         return staged
+
+    def _chapter_files(self, submission: Submission, result: LabResult) -> dict[str, Path]:
+        """{chapter: the file graded as it}: its own name, else a renamed copy; the others are reported."""
+        from autograde.intake import match_chapter
+
+        files = {path.name: path for path in submission.folder.glob("*.ipynb")}
+        chosen = {name: files[f"{name}.ipynb"] for name in self.sources if f"{name}.ipynb" in files}
+        ids = {name: frozenset(nbgrader_meta(cell).get("grade_id") for cell in source.cells
+                               if nbgrader_meta(cell).get("grade_id")) for name, source in self.sources.items()}
+        for file_name in sorted(set(files) - {path.name for path in chosen.values()}):
+            missing = {name: ids[name] for name in self.sources if name not in chosen}
+            chapter, how = match_chapter(Path(file_name).stem, missing, files[file_name], by_number=True) if missing \
+                else (None, "")
+            if chapter is not None:
+                chosen[chapter] = files[file_name]
+                result.problems.append(f"{file_name}: graded as {chapter}.ipynb (matched by {'name' if how == 'renamed' else how}; "
+                                       f"no {chapter}.ipynb was handed in): renamed?")
+                continue
+            near, _ = match_chapter(Path(file_name).stem, ids, files[file_name], by_number=True)
+            hint = f" (did you mean {near}.ipynb? that one was handed in too, and is the one graded)" if near else ""
+            result.problems.append(f"{file_name}: not a notebook of {self.lab}; ignored{hint}")
+        return chosen
 
     def _time_limit(self, students: list[str]) -> float:
         """How long the nbgrader process grading ``students`` may run: per notebook the smaller of its code
@@ -293,15 +332,23 @@ def read_timestamp(path: Path) -> tuple[str, str | None]:
     The file is whatever the student's folder holds, so it is parsed and checked, never copied:
     anything but one date (text that is not a date, several lines, more than a line's bytes), or a
     date later than now or before 2000, records no hand-in time and the report says why. A valid
-    date is recorded as the student's claim: the course has no receipt time of its own to check it
-    against (the LMS's is the authority), and the README says so.
+    date is recorded as the student's claim (``due``: the LMS's receipt time, when known, wins).
     """
-    from datetime import datetime, timedelta, timezone
-
     try:
         raw = path.read_bytes()[:TIMESTAMP_MAX_BYTES + 1]
+    except OSError:
+        return "", "timestamp.txt is not readable text: no hand-in time recorded"
+    return read_timestamp_text(raw)
+
+
+def read_timestamp_text(raw: bytes) -> tuple[str, str | None]:
+    """``read_timestamp`` of the file's bytes."""
+    from datetime import datetime, timedelta, timezone
+
+    raw = raw[:TIMESTAMP_MAX_BYTES + 1]
+    try:
         text = raw.decode("utf-8").strip()
-    except (OSError, UnicodeDecodeError):
+    except UnicodeDecodeError:
         return "", "timestamp.txt is not readable text: no hand-in time recorded"
     lines = text.splitlines()
     shown = repr(lines[0][:40]) if lines else "''"
