@@ -91,6 +91,16 @@ def _describe(exception: BaseException) -> str:
     return f"grading failed: {type(exception).__name__}: {exception}"
 
 
+def kept_receipt(meta: dict | None, previous: StoredResult | None, digest: str | None) -> dict | None:
+    """``meta`` (intake's word on a hand-in), with the LMS's receipt time an earlier run recorded for the same
+    files when this run was given none (``--received`` is not needed again on every run)."""
+    if meta is None or meta.get("received") or previous is None or not (previous.hand_in or {}).get("received"):
+        return meta
+    if previous.key.get("submission") != digest:
+        return meta   # other files: another hand-in, another receipt
+    return {**meta, "received": previous.hand_in["received"], "received_from": previous.hand_in.get("received_from")}
+
+
 def record_grading(ledger: Ledger, stored: StoredResult) -> None:
     """A ``graded`` event in the ledger for each result written: the history of regrades (the result
     file holds only the latest), with the version of the tests and of the grader it was graded with."""
@@ -193,7 +203,8 @@ class _Dispatcher:
                               complete=True, worker=answer.get("worker"), elapsed_s=answer.get("elapsed_s"),
                               graded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         stored.key["gpu"] = bool(answer.get("gpu"))
-        stored.hand_in = self.hand_ins.get(f"{submission.student}/{submission.lab}")
+        stored.hand_in = kept_receipt(self.hand_ins.get(f"{submission.student}/{submission.lab}"),
+                                      self.store.load(submission.lab, submission.student), snapshot.digest)
         self.store.save(stored, feedback=answer.get("feedback", {}), autograded=answer.get("autograded", {}),
                         instructor=answer.get("instructor") or {})
         record_grading(self.ledger, stored)
@@ -341,7 +352,8 @@ def grade(submissions_dir: Path, out_dir: Path, *, solutions_dir: Path, known_la
         stored = store.load(submission.lab, submission.student) if resume else None
         if stored is not None and stored.complete and _unchanged(stored, submission, bundles, fingerprint, timeout,
                                                                  limits):
-            meta = (hand_ins or {}).get(f"{submission.student}/{submission.lab}")
+            meta = kept_receipt((hand_ins or {}).get(f"{submission.student}/{submission.lab}"), stored,
+                                stored.key.get("submission"))
             if meta is not None and meta != stored.hand_in:   # the same files, newly known LMS facts
                 stored.hand_in = meta
                 store.save(stored)

@@ -8,16 +8,26 @@ from pathlib import Path
 
 HELP = "Autograde a folder of submissions and write grades, feedback and a report."
 DESCRIPTION = """\
-Autograde every submission in SUBMISSIONS, laid out as
+Autograde every hand-in in SUBMISSIONS: a folder (or a zip) holding any mix of
 
-    SUBMISSIONS/<student>/<lab>/<notebook>.ipynb     (optionally <lab>/timestamp.txt)
+    <student>/<lab>/<notebook>.ipynb     (optionally <lab>/timestamp.txt)
+    <student>-<UTC time>.zip             made by `course submit --zip` (the same layout inside)
+    an LMS's bulk download               Canvas: <name>[_LATE]_<user id>_<submission id>_<file>;
+                                         Moodle: <Full Name>_<id>_assignsubmission_file_<file>
 
-SUBMISSIONS may also be a zip made by `course submit --zip` (the same layout inside), or a folder
-of such zips: they are unpacked into --out/unpacked first, each refused whole (and reported) if
-an entry has an absolute path, a '..' part, a link, or is too large; of two hand-ins of one
-student's lab, the later one is graded.
+Every file and folder of SUBMISSIONS gets one line in the output and in report.json: graded (as
+which student and lab), not graded with the reason (a .rar, a damaged or truncated zip, a notebook
+with no student's name), or ignored with the reason. Zips are checked before anything is unpacked
+(into --out/unpacked), each refused whole if an entry has an absolute path, a '..' part, a link, or
+is too large. An LMS-named file is handed in by its uploader: with --roster the uploader's row names
+the student, and a zip whose folder names someone else is graded as the uploader's and flagged; two
+uploads that typed the same id stay two students, flagged. A zip with no LMS name hands in only for
+the student its own name names. Notebooks outside a lab folder are graded as the lab whose chapters
+they are, a renamed notebook (01_tokenization-Copy1.ipynb) as its chapter: both flagged. Of two
+hand-ins of one student's lab, the later one is graded. With --roster, who handed in nothing and
+which hand-ins match no student are listed. The run exits with 1 when nothing could be graded.
 
-Students are registered from the folder names. Each submission is graded by nbgrader in a
+Students are registered by id (a folder name, or an LMS upload's student). Each submission is graded by nbgrader in a
 grading workspace outside git, in a process of its own: a notebook that loops forever loses
 only the cells that hang (each cell has --timeout seconds), one that kills its kernel is
 graded as far as it got, a malformed notebook scores zero with a clear message, and none of
@@ -42,19 +52,31 @@ time); --cluster tcp://HOST:PORT uses a scheduler you started (`dask scheduler`,
 `--resources GPU=1` on a machine with a GPU: labs with GPU-only checks are sent there). Every
 worker must have this same version of the course installed; the grader checks first.
 
+Late work: --due LAB=WHEN (a time with a zone; a date alone is refused), --received (the LMS's
+submission times: lateness then rests on the LMS's receipt, else on Canvas's _LATE mark, else on the
+student's timestamp.txt, a claim), --late-penalty 10%/day,max=50%. Due times and the rule are kept
+in --out's ledger for later runs; a student's own due time is `course adjust --extension`.
+
 Writes, in --out, each result the moment it is graded:
   results/<lab>/<student>.json               one per submission (what --resume reads)
   feedback/<student>/<lab>/<notebook>.html   per-student feedback, hidden tests removed
   autograded/<student>/<lab>/<notebook>.ipynb
-and at the end, from those files:
-  grades.csv          nbgrader's export columns (assignment, student_id, score, max_score, ...)
-  report.json         every cell's points and the reason for every lost point
+  instructor/<lab>/<student>.json            every lost point in full (`course why`): yours only
+and at the end, from those files and the ledger (ledger.sqlite: `course adjust`, formgrader's manual
+scores, due times, every grading; nothing in it is ever erased):
+  grades.csv          nbgrader's export columns (assignment, student_id, raw_score, late_submission_penalty, ...)
+  report.json         every SUBMISSIONS entry, every cell's points and the reason for every lost point
   gradebook.db        one nbgrader gradebook (open --out in formgrader for manual review)
 and prints the score table. `course export` turns the results into a Canvas import file.
-Exit code 0 when grading completed, whatever the scores; 1 on an error (nothing half-written).
+One run writes an --out at a time; a SUBMISSIONS other than the one(s) graded into --out before
+needs --resume (the new hand-ins join that class). Results graded on an older version of the tests
+are flagged; --resume regrades them.
+Exit code 0 when grading completed, whatever the scores; 1 on an error or when nothing was graded.
 
 examples:
   course grade submissions/ --out grades/ --jobs 2
+  course grade submissions.zip --out grades/ --roster roster.csv --due 2026-12-01T23:59-05:00 \\
+               --late-penalty 10%/day,max=50%           # a Canvas download, its class list, the deadline
   course grade submissions/ --out grades/ --resume                  # after a stop: only what is left
   course grade submissions/ --out grades/ --student alice           # regrade one student
   course grade submissions/ --out grades/ --cluster tcp://10.0.0.5:8786
