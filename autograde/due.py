@@ -10,7 +10,8 @@ Three sources say when a lab was handed in, and the strongest one known is used:
    not a receipt: a forged one can make a late hand-in look on time, never the other way round.
 
 Every place that shows lateness (the score table, report.json, grades.csv, the gradebook, the
-export notes) says which source it rests on. A student's due time is their extension if the ledger
+export notes) says which source it rests on. ``read_timestamp`` reads the claim (checked, never
+copied: it is whatever the student's folder holds). A student's due time is their extension if the ledger
 holds one (``course adjust --extension``), else the lab's (``--due``). ``LateRule`` turns lateness
 into points (``--late-penalty 10%/day,max=50%``); without a rule no penalty is taken.
 """
@@ -22,11 +23,11 @@ import io
 import math
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 __all__ = ["CLAIM", "DueError", "DueTimes", "LateRule", "Receipt", "format_utc", "hand_in", "late_note",
-           "parse_due", "parse_late_rule", "parse_time", "read_receipts"]
+           "parse_due", "parse_late_rule", "parse_time", "read_receipts", "read_timestamp", "read_timestamp_text"]
 
 CLAIM = "timestamp.txt, written by the student's machine: a claim, not a receipt (check disputes against the LMS)"
 LMS_FLAG = "the LMS's late flag in the download's name (late against the LMS's due time; by how much it does not say)"
@@ -235,6 +236,63 @@ def read_receipts(path: Path, lab: str | None = None) -> dict[str, Receipt]:
             if identifier:
                 receipts[identifier.lower()] = Receipt(received, f"the LMS export {Path(path).name}")
     return receipts
+
+
+# ---- the student's claim: timestamp.txt --------------------------------------------------------
+
+TIMESTAMP_MAX_BYTES = 200
+FUTURE_SLACK_S = 600
+# What `course submit` and nbgrader write ("2026-01-12 23:00:00.000000 UTC"), and ISO 8601 with a zone:
+# digits in their places, ASCII only. dateutil, which nbgrader's parse_utc uses, also reads "12" as the
+# 12th of the month the grader runs in, "Jan" as today's day in January and "UTC+14" as 14 hours west.
+_TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?"
+                        r"( ?UTC|Z|[+-][0-9]{2}:?[0-9]{2})?", re.ASCII)
+
+
+def _parse_claim(text: str):
+    """A timestamp in the form ``_TIMESTAMP`` allows, as a naive UTC datetime (no zone: UTC, as nbgrader)."""
+    if not _TIMESTAMP.fullmatch(text):
+        raise ValueError(text)
+    parsed = datetime.fromisoformat(re.sub(r" ?UTC$|Z$", "+00:00", text))
+    return parsed.astimezone(timezone.utc).replace(tzinfo=None) if parsed.tzinfo is not None else parsed
+
+
+def read_timestamp(path: Path) -> tuple[str, str | None]:
+    """The hand-in time of ``timestamp.txt`` in nbgrader's format, and a problem to report (or None).
+
+    The file is whatever the student's folder holds, so it is parsed and checked, never copied:
+    anything but one date (text that is not a date, several lines, more than a line's bytes), or a
+    date later than now or before 2000, records no hand-in time and the report says why. A valid
+    date is recorded as the student's claim (``due``: the LMS's receipt time, when known, wins).
+    """
+    try:
+        raw = path.read_bytes()[:TIMESTAMP_MAX_BYTES + 1]
+    except OSError:
+        return "", "timestamp.txt is not readable text: no hand-in time recorded"
+    return read_timestamp_text(raw)
+
+
+def read_timestamp_text(raw: bytes) -> tuple[str, str | None]:
+    """``read_timestamp`` of the file's bytes."""
+    raw = raw[:TIMESTAMP_MAX_BYTES + 1]
+    try:
+        text = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        return "", "timestamp.txt is not readable text: no hand-in time recorded"
+    lines = text.splitlines()
+    shown = repr(lines[0][:40]) if lines else "''"
+    if len(raw) > TIMESTAMP_MAX_BYTES or len(lines) != 1:
+        return "", (f"timestamp.txt is not one timestamp ({len(lines)} lines, the first {shown}): no hand-in time "
+                    "recorded")
+    try:
+        claimed = _parse_claim(text)
+    except ValueError:
+        return "", f"timestamp.txt is not a timestamp ({shown}): no hand-in time recorded"
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    if claimed > now + timedelta(seconds=FUTURE_SLACK_S) or claimed.year < 2000:
+        return "", (f"timestamp.txt says {claimed.isoformat(sep=' ')} UTC, which is not a possible hand-in time: "
+                    "no hand-in time recorded")
+    return claimed.strftime("%Y-%m-%d %H:%M:%S.%f UTC"), None
 
 
 # ---- how late a hand-in is -----------------------------------------------------------------------

@@ -18,7 +18,6 @@ keeps one workspace per lab and grades in it with a ``Grader`` (``worker.grade_t
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +26,9 @@ import nbformat
 
 from autograde.edition import build_edition
 from autograde.execute import GradingSettings
+from autograde.due import read_timestamp
 from autograde.feedback import finish_page
+from autograde.intake import match_chapter
 from autograde.layout import COURSE_ID, LAB_NAME, SAFE_ID, GradingError, Workspace, gpu_available
 from autograde.lost_points import read_record, record_path
 from autograde.release import generate_release
@@ -177,8 +178,6 @@ class Grader:
 
     def _chapter_files(self, submission: Submission, result: LabResult) -> dict[str, Path]:
         """{chapter: the file graded as it}: its own name, else a renamed copy; the others are reported."""
-        from autograde.intake import match_chapter
-
         files = {path.name: path for path in submission.folder.glob("*.ipynb")}
         chosen = {name: files[f"{name}.ipynb"] for name in self.sources if f"{name}.ipynb" in files}
         ids = {name: frozenset(nbgrader_meta(cell).get("grade_id") for cell in source.cells
@@ -303,67 +302,8 @@ class Grader:
                 results[student].problems.append("feedback HTML could not be generated (nbgrader generate_feedback failed)")
 
 
-TIMESTAMP_MAX_BYTES = 200
-FUTURE_SLACK_S = 600
-# What `course submit` and nbgrader write ("2026-01-12 23:00:00.000000 UTC"), and ISO 8601 with a zone:
-# digits in their places, ASCII only. dateutil, which nbgrader's parse_utc uses, also reads "12" as the
-# 12th of the month the grader runs in, "Jan" as today's day in January and "UTC+14" as 14 hours west.
-_TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?"
-                        r"( ?UTC|Z|[+-][0-9]{2}:?[0-9]{2})?", re.ASCII)
-
-
-def _parse_claim(text: str):
-    """A timestamp in the form ``_TIMESTAMP`` allows, as a naive UTC datetime (no zone: UTC, as nbgrader)."""
-    from datetime import datetime, timezone
-
-    if not _TIMESTAMP.fullmatch(text):
-        raise ValueError(text)
-    parsed = datetime.fromisoformat(re.sub(r" ?UTC$|Z$", "+00:00", text))
-    return parsed.astimezone(timezone.utc).replace(tzinfo=None) if parsed.tzinfo is not None else parsed
-
-
 def _code_cells(notebook) -> int:
     return sum(cell.cell_type == "code" for cell in notebook.cells)
-
-
-def read_timestamp(path: Path) -> tuple[str, str | None]:
-    """The hand-in time of ``timestamp.txt`` in nbgrader's format, and a problem to report (or None).
-
-    The file is whatever the student's folder holds, so it is parsed and checked, never copied:
-    anything but one date (text that is not a date, several lines, more than a line's bytes), or a
-    date later than now or before 2000, records no hand-in time and the report says why. A valid
-    date is recorded as the student's claim (``due``: the LMS's receipt time, when known, wins).
-    """
-    try:
-        raw = path.read_bytes()[:TIMESTAMP_MAX_BYTES + 1]
-    except OSError:
-        return "", "timestamp.txt is not readable text: no hand-in time recorded"
-    return read_timestamp_text(raw)
-
-
-def read_timestamp_text(raw: bytes) -> tuple[str, str | None]:
-    """``read_timestamp`` of the file's bytes."""
-    from datetime import datetime, timedelta, timezone
-
-    raw = raw[:TIMESTAMP_MAX_BYTES + 1]
-    try:
-        text = raw.decode("utf-8").strip()
-    except UnicodeDecodeError:
-        return "", "timestamp.txt is not readable text: no hand-in time recorded"
-    lines = text.splitlines()
-    shown = repr(lines[0][:40]) if lines else "''"
-    if len(raw) > TIMESTAMP_MAX_BYTES or len(lines) != 1:
-        return "", (f"timestamp.txt is not one timestamp ({len(lines)} lines, the first {shown}): no hand-in time "
-                    "recorded")
-    try:
-        claimed = _parse_claim(text)
-    except ValueError:
-        return "", f"timestamp.txt is not a timestamp ({shown}): no hand-in time recorded"
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
-    if claimed > now + timedelta(seconds=FUTURE_SLACK_S) or claimed.year < 2000:
-        return "", (f"timestamp.txt says {claimed.isoformat(sep=' ')} UTC, which is not a possible hand-in time: "
-                    "no hand-in time recorded")
-    return claimed.strftime("%Y-%m-%d %H:%M:%S.%f UTC"), None
 
 
 def locked_when_grading(lab: str, known_labs: list[str]) -> list[str]:

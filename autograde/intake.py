@@ -44,7 +44,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograde.due import Receipt, format_utc
+from autograde.due import Receipt, format_utc, read_timestamp_text
 from autograde.layout import LAB_NAME, SAFE_ID, GradingError
 from autograde.lms import LmsName, Roster, lms_name, match_student, without_copy_number
 from autograde.unpack import ARCHIVE_SUFFIXES, UnpackError, read_zip
@@ -201,8 +201,6 @@ def _mtime(path: Path) -> str:
 def _stamp_time(data: bytes | Path | None) -> str | None:
     if data is None:
         return None
-    from autograde.grade_lab import read_timestamp_text
-
     stamp, _ = read_timestamp_text(data.read_bytes() if isinstance(data, Path) else data)
     return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f UTC").strftime("%Y%m%dT%H%M%S.%f") if stamp else None
 
@@ -392,7 +390,7 @@ def _settle_identities(candidates: list[HandIn], roster: Roster | None) -> None:
                         f"({entry.student_id()}) uploaded it: graded as {entry.name}'s; check with the student")
             continue
         contested = claimed is not None and len(claims.get(claimed, ())) > 1
-        if claimed and not contested:
+        if claimed and not contested and SAFE_ID.match(claimed):
             candidate.student = claimed
         else:
             candidate.student = lms.local_id()

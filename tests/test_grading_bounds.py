@@ -231,7 +231,7 @@ def test_an_output_a_check_printed_keeps_its_text():
     ("\u0662\u0660\u0662\u0666-03-01 12:00", "", "not a timestamp"),              # digits that are not ASCII
 ])
 def test_timestamp_txt_is_parsed_and_checked(tmp_path, text, recorded, problem):
-    from autograde.grade_lab import read_timestamp
+    from autograde.due import read_timestamp
 
     path = tmp_path / "timestamp.txt"
     path.write_text(text)

@@ -23,8 +23,8 @@ import pytest
 from autograde.intake import GRADED, IGNORED, NOT_GRADED, course_chapters, take_in
 from autograde.lms import read_roster
 from tests.grading_fixture import HIDDEN_MARKER, LAB, write_fixture_lab
-from tests.lms_fixture import (ASSIGNMENT, DUE, EXPECTED, LATE_RULE, canvas_download, hand_in_zip, intake_by_entry,
-                               notebook, report_entries)
+from tests.lms_fixture import (ASSIGNMENT, DUE, EXPECTED, LATE_RULE, canvas_download, intake_by_entry, notebook,
+                               report_entries)
 
 
 def course(*args, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:

@@ -248,7 +248,7 @@ def run(args) -> int:
                 finished = True
             finally:
                 # Whatever stopped the run (an error, Ctrl-C), the class files are rebuilt from the results kept.
-                if (out / "results").is_dir():
+                if (out / "results").is_dir() and (finished or run.graded or run.failed):
                     problems = run.discovery_problems + run.problems
                     device = ("GPU workers for GPU-only checks" if run.gpu_route
                               else "CPU (GPU-only checks are skipped; Triton runs interpreted)")
