@@ -227,7 +227,7 @@ def apply_to_feedback(out_dir: Path, stored: StoredResult, final: FinalGrade) ->
             continue
         path = out_dir / notebook.feedback
         try:
-            page = path.read_text(encoding="utf-8")
+            page = original = path.read_text(encoding="utf-8")
         except OSError:
             continue
         start = page.find(ADJUSTMENTS_BEGIN)
@@ -239,7 +239,8 @@ def apply_to_feedback(out_dir: Path, stored: StoredResult, final: FinalGrade) ->
             anchor = page.find("<div id='course-grader-verdict'")
             at = anchor if anchor != -1 else 0
             page = page[:at] + ADJUSTMENTS_BEGIN + box + ADJUSTMENTS_END + page[at:]
-        atomic_write_bytes(path, page.encode("utf-8"))
+        if page != original:
+            atomic_write_bytes(path, page.encode("utf-8"))
 
 
 # ---- all of it ----------------------------------------------------------------------------------
