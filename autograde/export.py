@@ -71,6 +71,9 @@ def _cells(stored: list[StoredResult], finals: list[FinalGrade], notes: list[str
         renamed = [nb.handed_in_as for nb in entry.result.notebooks if nb.handed_in_as]
         if renamed:
             notes.append(f"{final.student}/{final.lab}: graded from renamed notebooks ({', '.join(renamed)}); check them")
+        if final.late_penalty:
+            notes.append(f"{final.student}/{final.lab}: late penalty -{final.late_penalty:g} ({final.hand_in['status']}, "
+                         f"{final.hand_in['rule']}): included")
         conflicts = [flag for flag in (entry.hand_in or {}).get("flags", []) if flag.startswith("conflict")]
         if conflicts:
             notes.append(f"{final.student}/{final.lab}: {conflicts[0]}")

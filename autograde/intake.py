@@ -56,6 +56,7 @@ TO_GRADE, GRADED, NOT_GRADED, IGNORED = "to grade", "graded", "not graded", "ign
 _TIME_IN_NAME = re.compile(r"-(\d{8}T\d{6}Z)$")
 _RENAMED = re.compile(r"(?i)(?:[ _-]?copy\d*|[ _-]?\(\d+\)|-\d{1,2}|[ _-]v\d+|[ _-]final|[ _-]old)+$")
 BULK_FOLDER = ".downloads"   # inside the unpacked folder: the files of a bulk download given as one zip
+STAGING_FOLDER = ".staging"  # inside it too: the files of every zip's hand-ins until the later ones are chosen
 
 # {lab: {chapter (notebook stem): the grade ids of its test and answer cells}}
 Chapters = dict[str, dict[str, frozenset]]
@@ -84,7 +85,7 @@ class HandIn:
     student: str
     lab: str
     source: Source
-    files: dict[str, bytes | Path]              # name in the lab folder -> bytes, or the file to copy
+    files: dict[str, Path]                      # name in the lab folder -> the file to copy there
     claimed: str | None = None                  # the student id the hand-in names itself (its folder)
     lms: LmsName | None = None
     receipt: Receipt | None = None
@@ -217,8 +218,9 @@ def _name_student(stem: str) -> list[str]:
 class _Reader:
     """Walks SUBMISSIONS and collects candidate hand-ins (identities are settled afterwards)."""
 
-    def __init__(self, chapters: Chapters):
+    def __init__(self, chapters: Chapters, staging: Path):
         self.chapters = chapters
+        self.staging = staging   # a zip's files wait here on disk, not in memory, until one hand-in is chosen
         self.sources: list[Source] = []
         self.candidates: list[HandIn] = []
 
@@ -304,7 +306,18 @@ class _Reader:
             flags.append(f"placed: its notebooks were in {where}, not in {lab}/: graded as {lab} (they are its "
                          "chapters)")
         when = _stamp_time(files.get("timestamp.txt")) or when_default
-        self.candidates.append(HandIn("", lab, source, dict(files), claimed, lms, None, when, flags))
+        self.candidates.append(HandIn("", lab, source, self._on_disk(files), claimed, lms, None, when, flags))
+
+    def _on_disk(self, files: dict[str, bytes | Path]) -> dict[str, Path]:
+        folder = self.staging / str(len(self.candidates))
+        kept = {}
+        for name, data in files.items():
+            if isinstance(data, bytes):
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / name).write_bytes(data)
+                data = folder / name
+            kept[name] = data
+        return kept
 
     def read_zip(self, path: Path, entry: str) -> None:
         source = self.source(entry, "zip")
@@ -437,11 +450,8 @@ def _choose(candidates: list[HandIn]) -> dict[str, HandIn]:
 def _write(hand_in: HandIn, target: Path) -> None:
     folder = target / hand_in.student / hand_in.lab
     folder.mkdir(parents=True, exist_ok=True)
-    for name, data in hand_in.files.items():
-        if isinstance(data, Path):
-            shutil.copyfile(data, folder / name)
-        else:
-            (folder / name).write_bytes(data)
+    for name, path in hand_in.files.items():
+        shutil.copyfile(path, folder / name)
 
 
 def _expand_bulk_download(archive: Path, target: Path) -> Path | None:
@@ -471,7 +481,7 @@ def take_in(submissions: Path, target: Path, chapters: Chapters, *, roster: Rost
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
-    reader = _Reader(chapters)
+    reader = _Reader(chapters, target / STAGING_FOLDER)
     if submissions.is_dir():
         reader.read_folder(submissions)
     elif submissions.suffix.lower() == ".zip":
@@ -493,6 +503,7 @@ def take_in(submissions: Path, target: Path, chapters: Chapters, *, roster: Rost
     intake = Intake(target, reader.sources, _choose(reader.candidates))
     for hand_in in intake.hand_ins.values():
         _write(hand_in, target)
+    shutil.rmtree(target / STAGING_FOLDER, ignore_errors=True)
     for source in reader.sources:
         flags = [flag for hand_in in intake.hand_ins.values() if hand_in.source is source for flag in hand_in.flags]
         source.notes.extend(flag for flag in flags if flag not in source.notes)

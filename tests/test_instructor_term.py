@@ -295,5 +295,6 @@ def test_the_term_through_formgrader_adjustments_a_test_fix_a_regrade_and_the_ex
     notes = exported.stderr
     assert "graded from renamed notebooks (ch1-Copy1.ipynb)" in notes and "conflict" in notes
     assert "graded on 2 version(s) of its tests" in notes and "3 student(s) of the roster have no graded" in notes
+    assert "bjones/lab00-fixture: late penalty -0.8 (late by the LMS's receipt, 10%/day,max=50%)" in notes
     history = course("history", out, "--student", "henry", cwd=root)
     assert history.stdout.count(" graded ") == 2 and "integrity case" in history.stdout
