@@ -115,9 +115,6 @@ class Intake:
     roster_missing: dict[str, list[str]] = field(default_factory=dict)   # lab -> roster students with no hand-in
     roster_unknown: list[str] = field(default_factory=list)     # hand-ins whose student is not in the roster
 
-    def hand_in(self, student: str, lab: str) -> HandIn | None:
-        return self.hand_ins.get(f"{student}/{lab}")
-
     def as_dict(self) -> dict:
         return {"sources": [source.as_dict() for source in self.sources],
                 "roster": {"handed_in_nothing": self.roster_missing, "not_in_roster": self.roster_unknown}}

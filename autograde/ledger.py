@@ -340,8 +340,3 @@ class LedgerState:
         """Every ``graded`` event of one student's lab, oldest first (the regrade history)."""
         return [event for event in self.history
                 if event.kind == "graded" and event.lab == lab and event.student == student]
-
-    def people_events(self, lab: str, student: str) -> list[Event]:
-        """The current events people wrote for one student's lab (cells, score, penalty, extension)."""
-        return [event for key, event in sorted(self.latest.items(), key=lambda item: item[1].seq)
-                if key[1] == lab and key[2] == student and key[0] in ("cell", "score", "penalty", "extension")]
