@@ -29,6 +29,7 @@ import nbformat
 from autograde.cluster import ALLOWED_FAILURES, Connection, WorkerInfo, check_workers, connect, start_local
 from autograde.grade_lab import Discovery, Submission, discover_submissions, locked_when_grading
 from autograde.layout import GradingError, Workspace, gpu_available
+from autograde.ledger import Ledger
 from autograde.progress import Progress
 from autograde.results import NEEDS_GPU, LabResult, missing_notebook
 from autograde.snapshot import (LabBundle, Snapshot, SnapshotError, course_fingerprint, folder_digest,
@@ -90,13 +91,35 @@ def _describe(exception: BaseException) -> str:
     return f"grading failed: {type(exception).__name__}: {exception}"
 
 
+def kept_receipt(meta: dict | None, previous: StoredResult | None, digest: str | None) -> dict | None:
+    """``meta`` (intake's word on a hand-in), with the LMS's receipt time an earlier run recorded for the same
+    files when this run was given none (``--received`` is not needed again on every run)."""
+    if meta is None or meta.get("received") or previous is None or not (previous.hand_in or {}).get("received"):
+        return meta
+    if previous.key.get("submission") != digest:
+        return meta   # other files: another hand-in, another receipt
+    return {**meta, "received": previous.hand_in["received"], "received_from": previous.hand_in.get("received_from")}
+
+
+def record_grading(ledger: Ledger, stored: StoredResult) -> None:
+    """A ``graded`` event in the ledger for each result written: the history of regrades (the result
+    file holds only the latest), with the version of the tests and of the grader it was graded with."""
+    result = stored.result
+    cells = {f"{notebook.name}/{cell.grade_id}": cell.points for notebook in result.notebooks for cell in notebook.cells}
+    ledger.record("graded", lab=result.lab, student=result.student, value=result.score, who="course grade",
+                  why="graded" if stored.complete else "grading failed",
+                  data={"max_score": result.max_score, "complete": stored.complete, "cells": cells,
+                        "tests": str(stored.key.get("lab_sources", ""))[:16],
+                        "grader": str(stored.key.get("grader", "")), "graded_at": stored.graded_at})
+
+
 class _Dispatcher:
     """Sends tasks, receives results, writes them, keeps the progress (one per run)."""
 
     def __init__(self, connection: Connection, store: ResultStore, bundles: dict[str, LabBundle],
                  gpu_labs: set[str], run: GradeRun, progress: Progress, *, timeout: int, fingerprint: str,
                  known_labs: list[str], hidden: list[str], gpu_resource_route: bool, local: bool,
-                 limits: KernelLimits | None = None):
+                 limits: KernelLimits | None = None, hand_ins: dict[str, dict] | None = None):
         self.connection, self.client = connection, connection.client
         self.store, self.bundles, self.gpu_labs = store, bundles, gpu_labs
         self.run, self.progress = run, progress
@@ -104,6 +127,8 @@ class _Dispatcher:
         self.gpu_resource_route = gpu_resource_route
         self.local = local
         self.limits = limits or KernelLimits()
+        self.hand_ins = hand_ins or {}   # "student/lab" -> intake's word on the hand-in (StoredResult.hand_in)
+        self.ledger = Ledger(store.out_dir)
         self.scattered: dict[str, object] = {}
         self.in_flight: dict[object, tuple[Submission, Snapshot, bool]] = {}
         self.sends: dict[tuple[str, str], int] = {}   # (student, lab) -> times sent
@@ -178,7 +203,11 @@ class _Dispatcher:
                               complete=True, worker=answer.get("worker"), elapsed_s=answer.get("elapsed_s"),
                               graded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         stored.key["gpu"] = bool(answer.get("gpu"))
-        self.store.save(stored, feedback=answer.get("feedback", {}), autograded=answer.get("autograded", {}))
+        stored.hand_in = kept_receipt(self.hand_ins.get(f"{submission.student}/{submission.lab}"),
+                                      self.store.load(submission.lab, submission.student), snapshot.digest)
+        self.store.save(stored, feedback=answer.get("feedback", {}), autograded=answer.get("autograded", {}),
+                        instructor=answer.get("instructor") or {})
+        record_grading(self.ledger, stored)
         self.run.graded += 1
         self.progress.finished(submission.student, submission.lab,
                                f"{result.score:g}/{result.max_score:g} ({result.percent:.0f}%)",
@@ -192,8 +221,11 @@ class _Dispatcher:
                                      f"(graded {previous.graded_at})")
         else:
             result = _failure_result(submission, self.bundles[submission.lab], reason)
-            self.store.save(StoredResult(result, {}, complete=False,
-                                         graded_at=datetime.now(timezone.utc).isoformat(timespec="seconds")))
+            failed = StoredResult(result, {}, complete=False,
+                                  graded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                  hand_in=self.hand_ins.get(f"{submission.student}/{submission.lab}"))
+            self.store.save(failed)
+            record_grading(self.ledger, failed)
             self.run.problems.append(f"{submission.student}/{submission.lab}: {reason}")
         self.progress.finished(submission.student, submission.lab, reason, failed=True)
 
@@ -280,13 +312,15 @@ def grade(submissions_dir: Path, out_dir: Path, *, solutions_dir: Path, known_la
           only_lab: str | None = None, only_student: str | None = None, timeout: int = 120, jobs: int = 1,
           cluster: str | None = None, resume: bool = False, connect_timeout: float = 10,
           progress_stream=None, terminal: bool | None = None, on_start=None, run: GradeRun | None = None,
-          limits: KernelLimits | None = None) -> GradeRun:
+          limits: KernelLimits | None = None, hand_ins: dict[str, dict] | None = None) -> GradeRun:
     """Grade the submissions in ``submissions_dir`` into ``out_dir/results`` (see the module docstring).
 
     ``jobs``: local worker processes (ignored with ``cluster``, a scheduler address). ``on_start(run)`` is
     called once the workers are checked (the command prints what it got); ``run`` is filled in as grading
-    goes, so a caller still has the counts when this raises. The outputs for the class
-    (grades.csv, report.json, gradebook.db) are written by ``outputs.write_class_outputs`` afterwards.
+    goes, so a caller still has the counts when this raises. ``hand_ins``: {"student/lab": what intake
+    learned of the hand-in}, kept in its result file (``StoredResult.hand_in``), also by a result that
+    ``resume`` keeps. The outputs for the class (grades.csv, report.json, gradebook.db) are written by
+    ``outputs.write_class_outputs`` afterwards.
     """
     import tempfile
 
@@ -318,6 +352,11 @@ def grade(submissions_dir: Path, out_dir: Path, *, solutions_dir: Path, known_la
         stored = store.load(submission.lab, submission.student) if resume else None
         if stored is not None and stored.complete and _unchanged(stored, submission, bundles, fingerprint, timeout,
                                                                  limits):
+            meta = kept_receipt((hand_ins or {}).get(f"{submission.student}/{submission.lab}"), stored,
+                                stored.key.get("submission"))
+            if meta is not None and meta != stored.hand_in:   # the same files, newly known LMS facts
+                stored.hand_in = meta
+                store.save(stored)
             if submission.lab in gpu_labs and not stored.key.get("gpu"):
                 maybe.append(submission)   # graded again only if this run can reach a GPU
             else:
@@ -354,7 +393,8 @@ def grade(submissions_dir: Path, out_dir: Path, *, solutions_dir: Path, known_la
             progress = Progress(len(todo), stream=progress_stream, terminal=terminal)
             dispatcher = _Dispatcher(connection, store, bundles, gpu_labs, run, progress, timeout=timeout,
                                      fingerprint=fingerprint, known_labs=known_labs, hidden=hidden,
-                                     gpu_resource_route=gpu_resource_route, local=not cluster, limits=limits)
+                                     gpu_resource_route=gpu_resource_route, local=not cluster, limits=limits,
+                                     hand_ins=hand_ins)
             window = max(4, 2 * len(run.workers))
             try:
                 dispatcher.run_all(todo, window)

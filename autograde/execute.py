@@ -45,6 +45,7 @@ from traitlets import Integer
 
 from autograde.grader_limits import apply_grader_memory
 from autograde.kernel_compile import sandboxed_worker
+from autograde.lost_points import NotebookRecord, record_path
 from autograde.results import student_error_name
 from autograde.testcells import run_test_cell
 from autograde.withhold import HiddenChecks, withhold_cell_outputs, withhold_death
@@ -140,10 +141,12 @@ class IsolatedExecute(NbGraderPreprocessor):
                 self._mark_not_run(nb.cells, f"the student kernel could not start: {error} {' / '.join(detail)}")
                 kernel.close()
                 return nb, resources
+            record = NotebookRecord()
             try:
-                self._run_cells(nb, kernel, source_cells, settings.gpu, settings.limits)
+                self._run_cells(nb, kernel, source_cells, settings.gpu, settings.limits, record)
             finally:
                 kernel.close()
+                record.write(record_path(settings.workspace, student, lab, name))
         return nb, resources
 
     @staticmethod
@@ -168,7 +171,7 @@ class IsolatedExecute(NbGraderPreprocessor):
         return {cell.metadata["nbgrader"]["grade_id"]: cell for cell in notebook.cells if is_grade(cell)}
 
     def _run_cells(self, nb, kernel: StudentKernel, source_cells: dict[str, dict], gpu: bool,
-                   limits: KernelLimits) -> None:
+                   limits: KernelLimits, record: NotebookRecord | None = None) -> None:
         namespace: dict = {}
         ran: list[str] = []   # the code cells sent to the kernel, in order: what a compile check reads
         hidden_checks = HiddenChecks()
@@ -195,7 +198,7 @@ class IsolatedExecute(NbGraderPreprocessor):
             started = _now()
             try:
                 outputs = self._run_cell(cell, kernel, source_cells, namespace, gpu, index, min(self.timeout, left),
-                                         hidden_checks, ran)
+                                         hidden_checks, ran, record)
             except KernelDied:   # made by the grader, which recorded why (kernel.ended() below says it)
                 outputs = []
             peak = kernel.watchdog.peak.processes if kernel.watchdog is not None else 0
@@ -204,6 +207,8 @@ class IsolatedExecute(NbGraderPreprocessor):
             death = kernel.ended()   # the grader's record, never an output's name or words
             if death is not None:
                 outputs = [output for output in outputs if output.get("ename") != KERNEL_DIED]
+                if record is not None and hidden_checks.started:   # how it died is withheld: the record keeps it
+                    record.answer_cell_error(index, cell.source, _error(KERNEL_DIED, death))
                 # how the kernel died is the student's to choose (os._exit(41)) once hidden checks have run
                 outputs.append(_error(KERNEL_DIED, withhold_death(death, limits) if hidden_checks.started else death))
             kept = sum(output_size(output) for output in outputs)
@@ -227,7 +232,8 @@ class IsolatedExecute(NbGraderPreprocessor):
             cell.execution_count = count
 
     def _run_cell(self, cell, kernel: StudentKernel, source_cells: dict[str, dict], namespace: dict, gpu: bool,
-                  index: int, timeout: float, hidden_checks: HiddenChecks, ran: list[str]) -> list[dict]:
+                  index: int, timeout: float, hidden_checks: HiddenChecks, ran: list[str],
+                  record: NotebookRecord | None = None) -> list[dict]:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
         # A cell marked as a test that is none of the lab's (a copy of a test cell, which keeps its
         # metadata, or one the student made: nbgrader took its unknown or duplicate grade_id away) is
@@ -236,15 +242,23 @@ class IsolatedExecute(NbGraderPreprocessor):
             source_cell = source_cells[grade_id]
             if cell_needs_gpu(source_cell) and not gpu:
                 return [_error(NEEDS_GPU, "skipped: needs a GPU (this machine has none; not counted in max_score)")]
+            def keep_for_instructor(error: BaseException) -> None:
+                if record is not None:
+                    record.test_cell_error(grade_id, error, cell.source, hidden_started=hidden_checks.started)
+
             # A compile check reads the kernels' source from the cells this grader sent, never from the kernel.
             with graded_sources(GradedSources(tuple(ran), self._compile_worker)):
                 return run_test_cell(cell.source, kernel, namespace, timeout=timeout,
                                      label=f"<test cell {grade_id}>", limits=kernel.limits,
-                                     hidden_checks=hidden_checks)
+                                     hidden_checks=hidden_checks, on_error=keep_for_instructor)
         ran.append(cell.source)
         outputs = kernel.run_cell(cell.source, timeout)["outputs"]
         if not hidden_checks.started:
             return _students_outputs(bound_outputs(outputs, kernel.limits.output, kernel.limits.stream))
+        if record is not None:   # the notebook shows only the grader's note from here: the record keeps the error
+            for output in outputs:
+                if output.get("output_type") == "error":
+                    record.answer_cell_error(index, cell.source, output)
         return withhold_cell_outputs(outputs, kernel.limits, timed_out=kernel.timed_out, timeout=timeout)
 
     @staticmethod

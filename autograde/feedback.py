@@ -211,3 +211,36 @@ def finish_page(page: str, notebook=None) -> str:
         verdict = _verdict(notebook)
         page = page[:body.end()] + verdict + page[body.end():] if body else verdict + page
     return page
+
+
+def adjustments_box(final, notebook_name: str) -> str:
+    """HTML of what the course staff changed in one student's lab (``final.FinalGrade``), as the feedback page
+    of ``notebook_name`` shows it above the grader's verdict; "" when nothing changed. Each change shows its
+    comment for the student (``course adjust --comment``); who made it and the staff's reason stay in the
+    ledger."""
+    rows = []
+    for change in final.adjustments:
+        what = change["what"]
+        if change["kind"] == "cell" and not what.startswith(f"{notebook_name}/"):
+            continue
+        if change["kind"] == "cell":
+            text = f"{what.split('/', 1)[1]}: {change['from']:g} -> {change['to']:g} points"
+        elif change["kind"] == "score":
+            text = f"the lab's score set to {change['to']:g} (the autograder's cells: {change['from']:g})"
+        elif change["kind"] == "penalty":
+            text = f"a penalty of {-change['to']:g} points"
+        else:
+            text = f"your due time for this lab: {change.get('due', '')}"
+        comment = change.get("comment") or ""
+        rows.append(f"<li>{html.escape(text)}{': ' + html.escape(comment) if comment else ''}</li>")
+    if final.late_penalty:
+        late = final.hand_in or {}
+        rows.append(f"<li>late penalty: -{final.late_penalty:g} points ({html.escape(late.get('status', ''))}, "
+                    f"{html.escape(str(late.get('rule') or ''))})</li>")
+    if not rows:
+        return ""
+    return ("<div id='course-staff-adjustments' style='border:3px solid #9a6700;border-radius:6px;padding:0.8em;"
+            "margin:1em auto;max-width:1140px;background:#fff8c5;font-family:sans-serif'>"
+            f"<h3 style='margin-top:0'>Your grade for {html.escape(final.lab)}: {final.score:g} / {final.max_score:g} "
+            "points, after the course staff's changes</h3><ul style='margin:0'>" + "".join(rows) + "</ul>"
+            "<p style='margin:0.5em 0 0 0'>The grader's verdict below is what the autograder found.</p></div>")

@@ -18,7 +18,6 @@ keeps one workspace per lab and grades in it with a ``Grader`` (``worker.grade_t
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,13 +26,16 @@ import nbformat
 
 from autograde.edition import build_edition
 from autograde.execute import GradingSettings
+from autograde.due import read_timestamp
 from autograde.feedback import finish_page
 from autograde.grader_limits import stopped_by_limit
+from autograde.intake import match_chapter
 from autograde.layout import COURSE_ID, LAB_NAME, SAFE_ID, GradingError, Workspace, gpu_available
+from autograde.lost_points import read_record, record_path
 from autograde.release import generate_release
 from autograde.results import (NEEDS_GPU, CellResult, LabResult, NotebookResult, classify_cell,
                                missing_notebook, needs_gpu)
-from course_lib.handin.notebooks import MalformedNotebook, grade_cells, read_notebook
+from course_lib.handin.notebooks import MalformedNotebook, grade_cells, nbgrader_meta, read_notebook
 
 
 @dataclass
@@ -95,6 +97,9 @@ class Grader:
         self.sources = {path.stem: nbformat.read(path, as_version=4)
                         for path in sorted((solutions_dir / lab).glob("*.ipynb"))}
         self.code_cells: dict[str, list[int]] = {}   # student -> code cells of each staged notebook
+        self.renamed: dict[str, dict[str, str]] = {}  # student -> {chapter: the file name graded as it}
+        # student -> {notebook: the instructor's record of its lost points (lost_points)}: never in a result
+        self.instructor_records: dict[str, dict[str, dict]] = {}
 
     def grade_all(self, submissions: list[Submission], *, release: bool = True) -> list[LabResult]:
         """Grade ``submissions``; ``release=False`` when generate_assignment already ran in this workspace."""
@@ -102,6 +107,8 @@ class Grader:
             generate_release(self.solutions_dir, self.lab, self.workspace)
         self.workspace.extra_environment = self.settings.to_environment()
         results = {s.student: LabResult(s.student, s.lab) for s in submissions}
+        for submission in submissions:   # no record of an earlier grading may pass for this one's
+            shutil.rmtree(record_path(self.workspace.root, submission.student, self.lab, "x").parent, ignore_errors=True)
         staged = {s.student: self._stage(s, results[s.student]) for s in submissions}
         to_grade = [student for student, names in staged.items() if names]
         if self.one_process and len(to_grade) == 1:
@@ -115,38 +122,49 @@ class Grader:
                         missing_notebook(name, self.sources[name], "grading failed", failures[student]))
                 else:
                     results[student].notebooks.append(self._collect(student, name))
+                    record = read_record(record_path(self.workspace.root, student, self.lab, name))
+                    if record is not None:
+                        self.instructor_records.setdefault(student, {})[name] = record
         self._feedback([student for student in to_grade if not failures.get(student)], results,
                        failed=feedback_failed)
         order = list(self.sources)
         for result in results.values():
             result.notebooks.sort(key=lambda nb: order.index(nb.name))
+            for notebook in result.notebooks:
+                notebook.handed_in_as = self.renamed.get(result.student, {}).get(notebook.name)
         return [results[s.student] for s in submissions]
 
     def _stage(self, submission: Submission, result: LabResult) -> set[str]:
-        """Copy the readable notebooks into the workspace; record missing and malformed ones."""
+        """Copy the readable notebooks into the workspace; record missing and malformed ones.
+
+        A chapter whose notebook is missing is looked for among the other notebooks handed in: a
+        renamed copy (``01_tokenization-Copy1.ipynb``, ``01_Tokenization (1).ipynb``, or a notebook
+        holding that chapter's cells) is graded as the chapter, and the result says so.
+        """
         target = self.workspace.path("submitted", submission.student, self.lab)
         if target.exists():
             shutil.rmtree(target)
         target.mkdir(parents=True)
         staged = set()
-        for extra in sorted(p.name for p in submission.folder.glob("*.ipynb") if p.stem not in self.sources):
-            result.problems.append(f"{extra}: not a notebook of {self.lab}; ignored")
+        chosen = self._chapter_files(submission, result)
         for name, source in self.sources.items():
-            path = submission.folder / f"{name}.ipynb"
-            if path.is_symlink():
+            path = chosen.get(name)
+            if path is not None and path.is_symlink():
                 result.notebooks.append(missing_notebook(name, source, "malformed",
-                                                         f"{name}.ipynb is a link, not a notebook: not graded"))
+                                                         f"{path.name} is a link, not a notebook: not graded"))
                 continue
-            if not path.is_file():
+            if path is None or not path.is_file():
                 result.notebooks.append(missing_notebook(name, source, "missing", f"{name}.ipynb was not submitted"))
                 continue
             try:
                 submitted = read_notebook(path)
             except MalformedNotebook as error:
-                result.notebooks.append(missing_notebook(name, source, "malformed", f"{name}.ipynb is unreadable: {error}"))
+                result.notebooks.append(missing_notebook(name, source, "malformed", f"{path.name} is unreadable: {error}"))
                 continue
-            shutil.copy2(path, target / path.name)
+            shutil.copy2(path, target / f"{name}.ipynb")
             staged.add(name)
+            if path.name != f"{name}.ipynb":
+                self.renamed.setdefault(submission.student, {})[name] = path.name
             # Test cells nbgrader restores run too: count the larger of the two.
             self.code_cells.setdefault(submission.student, []).append(max(_code_cells(submitted), _code_cells(source)))
         timestamp_file = submission.folder / "timestamp.txt"
@@ -158,6 +176,26 @@ class Grader:
             if problem:
                 result.problems.append(problem)
         return staged
+
+    def _chapter_files(self, submission: Submission, result: LabResult) -> dict[str, Path]:
+        """{chapter: the file graded as it}: its own name, else a renamed copy; the others are reported."""
+        files = {path.name: path for path in submission.folder.glob("*.ipynb")}
+        chosen = {name: files[f"{name}.ipynb"] for name in self.sources if f"{name}.ipynb" in files}
+        ids = {name: frozenset(nbgrader_meta(cell).get("grade_id") for cell in source.cells
+                               if nbgrader_meta(cell).get("grade_id")) for name, source in self.sources.items()}
+        for file_name in sorted(set(files) - {path.name for path in chosen.values()}):
+            missing = {name: ids[name] for name in self.sources if name not in chosen}
+            chapter, how = match_chapter(Path(file_name).stem, missing, files[file_name], by_number=True) if missing \
+                else (None, "")
+            if chapter is not None:
+                chosen[chapter] = files[file_name]
+                result.problems.append(f"{file_name}: graded as {chapter}.ipynb (matched by {'name' if how == 'renamed' else how}; "
+                                       f"no {chapter}.ipynb was handed in): renamed?")
+                continue
+            near, _ = match_chapter(Path(file_name).stem, ids, files[file_name], by_number=True)
+            hint = f" (did you mean {near}.ipynb? that one was handed in too, and is the one graded)" if near else ""
+            result.problems.append(f"{file_name}: not a notebook of {self.lab}; ignored{hint}")
+        return chosen
 
     def _time_limit(self, students: list[str]) -> float:
         """How long the nbgrader process grading ``students`` may run: per notebook the smaller of its code
@@ -269,59 +307,8 @@ class Grader:
                 results[student].problems.append("feedback HTML could not be generated (nbgrader generate_feedback failed)")
 
 
-TIMESTAMP_MAX_BYTES = 200
-FUTURE_SLACK_S = 600
-# What `course submit` and nbgrader write ("2026-01-12 23:00:00.000000 UTC"), and ISO 8601 with a zone:
-# digits in their places, ASCII only. dateutil, which nbgrader's parse_utc uses, also reads "12" as the
-# 12th of the month the grader runs in, "Jan" as today's day in January and "UTC+14" as 14 hours west.
-_TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?"
-                        r"( ?UTC|Z|[+-][0-9]{2}:?[0-9]{2})?", re.ASCII)
-
-
-def _parse_claim(text: str):
-    """A timestamp in the form ``_TIMESTAMP`` allows, as a naive UTC datetime (no zone: UTC, as nbgrader)."""
-    from datetime import datetime, timezone
-
-    if not _TIMESTAMP.fullmatch(text):
-        raise ValueError(text)
-    parsed = datetime.fromisoformat(re.sub(r" ?UTC$|Z$", "+00:00", text))
-    return parsed.astimezone(timezone.utc).replace(tzinfo=None) if parsed.tzinfo is not None else parsed
-
-
 def _code_cells(notebook) -> int:
     return sum(cell.cell_type == "code" for cell in notebook.cells)
-
-
-def read_timestamp(path: Path) -> tuple[str, str | None]:
-    """The hand-in time of ``timestamp.txt`` in nbgrader's format, and a problem to report (or None).
-
-    The file is whatever the student's folder holds, so it is parsed and checked, never copied:
-    anything but one date (text that is not a date, several lines, more than a line's bytes), or a
-    date later than now or before 2000, records no hand-in time and the report says why. A valid
-    date is recorded as the student's claim: the course has no receipt time of its own to check it
-    against (the LMS's is the authority), and the README says so.
-    """
-    from datetime import datetime, timedelta, timezone
-
-    try:
-        raw = path.read_bytes()[:TIMESTAMP_MAX_BYTES + 1]
-        text = raw.decode("utf-8").strip()
-    except (OSError, UnicodeDecodeError):
-        return "", "timestamp.txt is not readable text: no hand-in time recorded"
-    lines = text.splitlines()
-    shown = repr(lines[0][:40]) if lines else "''"
-    if len(raw) > TIMESTAMP_MAX_BYTES or len(lines) != 1:
-        return "", (f"timestamp.txt is not one timestamp ({len(lines)} lines, the first {shown}): no hand-in time "
-                    "recorded")
-    try:
-        claimed = _parse_claim(text)
-    except ValueError:
-        return "", f"timestamp.txt is not a timestamp ({shown}): no hand-in time recorded"
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
-    if claimed > now + timedelta(seconds=FUTURE_SLACK_S) or claimed.year < 2000:
-        return "", (f"timestamp.txt says {claimed.isoformat(sep=' ')} UTC, which is not a possible hand-in time: "
-                    "no hand-in time recorded")
-    return claimed.strftime("%Y-%m-%d %H:%M:%S.%f UTC"), None
 
 
 def locked_when_grading(lab: str, known_labs: list[str]) -> list[str]:

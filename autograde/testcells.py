@@ -310,13 +310,15 @@ def _student_traceback(error: BaseException) -> str:
 
 def run_test_cell(source: str, kernel: StudentKernel, namespace: dict[str, Any], *, timeout: float,
                   label: str = "test cell", limits: KernelLimits | None = None,
-                  hidden_checks: HiddenChecks | None = None) -> list[dict]:
+                  hidden_checks: HiddenChecks | None = None, on_error=None) -> list[dict]:
     """Run a test cell's code here against ``kernel``; returns the cell's nbformat outputs.
 
     ``namespace`` is shared by the notebook's test cells (a name one test cell defines is visible
     to the next, as in a kernel); names it lacks are looked up in the student's kernel.
     ``hidden_checks`` is the notebook's: once a hidden region has started, in this cell or an
     earlier one, the cell's later output and its error are withheld (``withhold``).
+    ``on_error(error)`` sees the cell's exception before anything is withheld: the instructor's
+    record of the lost point (``lost_points``), never shown to the student.
     """
     limits = limits or kernel.limits
     hidden_checks = hidden_checks or HiddenChecks()
@@ -370,6 +372,9 @@ def run_test_cell(source: str, kernel: StudentKernel, namespace: dict[str, Any],
     except BaseException as error:  # noqa: BLE001 - every failure of the cell becomes its error output
         if isinstance(error, (KeyboardInterrupt, SystemExit)) and not isinstance(error, CellTimeout):
             raise
+        if on_error is not None:
+            with contextlib.suppress(Exception):   # the instructor's record never changes a grade
+                on_error(error)
         verdict = _grader_verdict(error, kernel, timeout, alarm, limits)
         shown = verdict or _error_output(error, kernel, timeout, hidden=output.hidden)
         if output.withheld and not output.hidden:

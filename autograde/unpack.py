@@ -1,7 +1,6 @@
-"""``course grade`` on zips: hand-ins made by ``course submit --zip``, unpacked safely first.
+"""Reading a zip that a student (or an LMS) handed in, safely: nothing is written until all of it is checked.
 
-SUBMISSIONS may be a zip, or a folder holding zips (and, or, ``<student>/`` folders). Every zip is
-read before anything is written, and refused whole, with the reason, when an entry
+A zip is read whole, before anything is unpacked, and refused, with the reason, when an entry
 
 - has an absolute path, a drive letter, a backslash or a ``..`` part (it would land outside the
   folder it is unpacked into);
@@ -9,57 +8,45 @@ read before anything is written, and refused whole, with the reason, when an ent
 - is larger than ``MAX_FILE_BYTES`` unpacked, or the zip adds up to more than ``MAX_TOTAL_BYTES``
   or ``MAX_ENTRIES`` entries (sizes are counted while unpacking too: the sizes a zip declares can lie);
 - appears twice;
-- in a folder of zips, belongs to a student the zip's name does not name (``course submit`` names a
-  zip ``<student>-<UTC time>.zip``; a learning platform may add its own prefix, a browser a copy
-  number): a student's zip cannot hand in, or replace, another student's lab. (The platform's record
-  of who uploaded which file stays the proof of identity: compare it with the names in report.json.)
 
-Of an accepted zip only what grading reads is unpacked: ``<student>/<lab>/*.ipynb`` and
-``<student>/<lab>/timestamp.txt``; anything else is listed as ignored. When two zips hold the same
-student's lab, the later hand-in wins (its ``timestamp.txt``, else the time in its name, else the
-zip's file time) and the other is reported. The result is one folder in the usual layout.
+and a file that is not a zip, or a damaged or truncated one, is refused the same way. ``read_zip``
+returns the entries a caller wants (``intake`` wants the notebooks and ``timestamp.txt`` of a
+hand-in, or every file of an LMS's bulk download) as bytes, and the names of the others.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 import stat
 import zipfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["MAX_ENTRIES", "MAX_FILE_BYTES", "MAX_TOTAL_BYTES", "UnpackError", "Unpacked", "has_zips",
-           "unpack_submissions"]
+__all__ = ["ARCHIVE_SUFFIXES", "MAX_ENTRIES", "MAX_FILE_BYTES", "MAX_TOTAL_BYTES", "UnpackError", "hand_in_entry",
+           "read_zip"]
 
 MAX_FILE_BYTES = 64 * 1024 * 1024       # one notebook (plots included) is a few MB at most
 MAX_TOTAL_BYTES = 512 * 1024 * 1024
 MAX_ENTRIES = 2000
-_GRADED = re.compile(r"^[^/]+/[^/]+/(?:[^/]+\.ipynb|timestamp\.txt)$")
-_TIME_IN_NAME = re.compile(r"(\d{8}T\d{6}Z)")
+# Archives a student might hand in that the grader does not open (a zip it does): named in the report.
+ARCHIVE_SUFFIXES = (".rar", ".7z", ".tar", ".tgz", ".gz", ".bz2", ".xz", ".zst")
 
 
 class UnpackError(ValueError):
     """A zip that is refused whole; the message names the zip and the entry."""
 
 
-@dataclass
-class Unpacked:
-    """The folder to grade, and what to tell the instructor about the zips."""
+def hand_in_entry(name: str) -> bool:
+    """Whether grading reads this entry of a hand-in zip: a notebook or ``timestamp.txt``, at most
+    ``<student>/<lab>/`` deep, in no hidden or macOS resource folder."""
+    parts = name.split("/")
+    if len(parts) > 3 or any(part.startswith(".") or part == "__MACOSX" for part in parts):
+        return False
+    return parts[-1].endswith(".ipynb") or parts[-1] == "timestamp.txt"
 
-    folder: Path
-    zips: int = 0
-    notes: list[str] = field(default_factory=list)      # ignored entries, replaced hand-ins
-    refused: list[str] = field(default_factory=list)    # zips not unpacked, and why
 
-
-def has_zips(submissions: Path) -> bool:
-    """Whether ``course grade`` must unpack first: SUBMISSIONS is a zip or holds one."""
-    submissions = Path(submissions)
-    if submissions.is_file():
-        return True
-    return submissions.is_dir() and any(path.suffix.lower() == ".zip" and path.is_file()
-                                        for path in submissions.iterdir())
+def _noise(name: str) -> bool:
+    """Entries every zip tool adds (macOS resource forks, Finder files): not worth a line in the report."""
+    return name.startswith("__MACOSX/") or name.endswith(".DS_Store")
 
 
 def _entry_problem(info: zipfile.ZipInfo) -> str | None:
@@ -112,8 +99,8 @@ def _read_limited(archive: zipfile.ZipFile, info: zipfile.ZipInfo, label: str) -
     return data
 
 
-def _read_zip(path: Path) -> tuple[dict[str, bytes], list[str]]:
-    """{student/lab/file: bytes} of what grading reads, and the ignored entries; UnpackError if refused."""
+def read_zip(path: Path, wanted=hand_in_entry) -> tuple[dict[str, bytes], list[str]]:
+    """{entry: bytes} of the entries ``wanted`` accepts, and the names of the others; UnpackError if refused."""
     label = path.name
     try:
         with zipfile.ZipFile(path) as archive:
@@ -122,104 +109,14 @@ def _read_zip(path: Path) -> tuple[dict[str, bytes], list[str]]:
             for info in infos:
                 if info.is_dir():
                     continue
-                if not _GRADED.match(info.filename) or info.filename.split("/")[0].startswith("."):
-                    if not info.filename.startswith("__MACOSX/") and not info.filename.endswith(".DS_Store"):
+                if not wanted(info.filename):
+                    if not _noise(info.filename):
                         ignored.append(info.filename)
                     continue
                 files[info.filename] = _read_limited(archive, info, label)
     except zipfile.BadZipFile as error:
-        raise UnpackError(f"{label}: not a zip file ({error})") from None
-    except (zipfile.LargeZipFile, NotImplementedError, RuntimeError, OSError) as error:
-        raise UnpackError(f"{label}: cannot be read ({error})") from None
-    if not files:
-        raise UnpackError(f"{label}: holds no <student>/<lab>/<notebook>.ipynb (make it with "
-                          "`course submit --zip`)" + (f"; it holds {', '.join(ignored[:5])}" if ignored else ""))
+        raise UnpackError(f"{label}: not a zip file, or a damaged or truncated one ({error}): ask for it again") from None
+    except (zipfile.LargeZipFile, NotImplementedError, RuntimeError, OSError, EOFError) as error:
+        raise UnpackError(f"{label}: cannot be read ({type(error).__name__}: {error}): damaged or truncated? "
+                          "ask for it again") from None
     return files, ignored
-
-
-def _check_owner(files: dict[str, bytes], zip_path: Path) -> None:
-    """Refuse a zip (one of a folder's) holding the folder of a student its file name does not name."""
-    name = zip_path.name[:-len(zip_path.suffix)] if zip_path.suffix else zip_path.name
-    for student in sorted({entry.split("/", 1)[0] for entry in files}):
-        if not re.search(rf"(?<![A-Za-z0-9]){re.escape(student)}(?![A-Za-z0-9])", name):
-            raise UnpackError(f"{zip_path.name}: refused: it holds the folder {student + '/'!r}, a student its name "
-                              f"does not name (a zip hands in the labs of the student it is named for: "
-                              f"`course submit --zip` writes {student}-<time>.zip)")
-
-
-def _hand_in_time(files: dict[str, bytes], lab_prefix: str, zip_path: Path) -> str:
-    """A sortable time of one lab's hand-in: its timestamp.txt, the time in the zip's name, the zip's mtime."""
-    from datetime import datetime, timezone
-
-    stamp = files.get(f"{lab_prefix}/timestamp.txt")
-    if stamp:
-        try:
-            from nbgrader.utils import parse_utc
-
-            return parse_utc(stamp.decode("utf-8").strip()).strftime("%Y%m%dT%H%M%S.%f")
-        except Exception:
-            pass
-    match = _TIME_IN_NAME.search(zip_path.name)
-    if match:
-        return match.group(1)[:-1] + ".000000"
-    return datetime.fromtimestamp(zip_path.stat().st_mtime, timezone.utc).strftime("%Y%m%dT%H%M%S.%f")
-
-
-def unpack_submissions(submissions: Path, target: Path) -> Unpacked:
-    """Unpack the zip(s) in ``submissions`` (a zip, or a folder with zips) into ``target`` (emptied first).
-
-    Student folders found next to the zips are copied in as they are. Raises UnpackError when
-    SUBMISSIONS is a single zip that is refused; in a folder, a refused zip is reported and skipped.
-    """
-    submissions, target = Path(submissions), Path(target)
-    if target.exists():
-        shutil.rmtree(target)
-    target.mkdir(parents=True)
-    result = Unpacked(target)
-    if submissions.is_file():
-        zips, folders = [submissions], []
-    else:
-        entries = sorted(p for p in submissions.iterdir() if not p.name.startswith("."))
-        zips = [p for p in entries if p.is_file() and p.suffix.lower() == ".zip"]
-        folders = [p for p in entries if p.is_dir() and not p.is_symlink()]
-    chosen: dict[str, tuple[str, Path, dict[str, bytes]]] = {}   # student/lab -> (time, zip, files)
-    for path in zips:
-        try:
-            files, ignored = _read_zip(path)
-            if not submissions.is_file():   # one zip given on its own may hold a whole class
-                _check_owner(files, path)
-        except UnpackError as error:
-            if submissions.is_file():
-                raise
-            result.refused.append(str(error))
-            continue
-        result.zips += 1
-        if ignored:
-            shown = ", ".join(ignored[:5]) + (f" and {len(ignored) - 5} more" if len(ignored) > 5 else "")
-            result.notes.append(f"{path.name}: ignored {shown} (grading reads <student>/<lab>/*.ipynb and "
-                                "timestamp.txt)")
-        for lab_prefix in sorted({name.rsplit("/", 1)[0] for name in files}):
-            lab_files = {name: data for name, data in files.items() if name.startswith(lab_prefix + "/")}
-            when = _hand_in_time(files, lab_prefix, path)
-            earlier = chosen.get(lab_prefix)
-            if earlier is not None:
-                older, newer = sorted([earlier[:2], (when, path)], key=lambda item: item[0])
-                result.notes.append(f"{lab_prefix}: handed in twice ({older[1].name}, {newer[1].name}); "
-                                    f"graded the later one, {newer[1].name}")
-                if earlier[0] >= when:
-                    continue
-            chosen[lab_prefix] = (when, path, lab_files)
-    for folder in folders:
-        for lab_dir in sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()):
-            key = f"{folder.name}/{lab_dir.name}"
-            if key in chosen:
-                result.notes.append(f"{key}: both a folder and {chosen[key][1].name}; graded the zip")
-                continue
-            shutil.copytree(lab_dir, target / key, symlinks=True,
-                            ignore=shutil.ignore_patterns(".*", "__pycache__"))
-    for _, _, lab_files in chosen.values():
-        for name, data in lab_files.items():
-            path = target / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-    return result

@@ -9,7 +9,7 @@ after student in it with the same ``Grader`` as a single machine: the student's 
 isolated kernel on the student edition, the test cells in an nbgrader process of the grader's.
 
 The answer is plain data (``LabResult.as_dict``, feedback HTML by notebook, the autograded
-notebooks' bytes), so the machine that asked can write it where it belongs. Nothing of one
+notebooks' bytes, the instructor's record of the lost points: ``lost_points``), so the machine that asked can write it where it belongs. Nothing of one
 student is left behind in the workspace once the answer is built, except the gradebook's rows.
 """
 
@@ -176,11 +176,14 @@ def grade_task(task: GradingTask, bundle: LabBundle) -> dict:
                 feedback[notebook.name] = (out_dir / notebook.feedback).read_text(encoding="utf-8")
         autograded_dir = workspace.path("autograded", task.student, task.lab)
         autograded = {path.stem: path.read_bytes() for path in sorted(autograded_dir.glob("*.ipynb"))}
+        instructor = grader.instructor_records.get(task.student, {})
     finally:
         for folder in (incoming, out_dir / "feedback" / task.student, workspace.path("submitted", task.student),
-                       workspace.path("autograded", task.student), workspace.path("feedback", task.student)):
+                       workspace.path("autograded", task.student), workspace.path("feedback", task.student),
+                       workspace.path("instructor", task.student)):
             shutil.rmtree(folder, ignore_errors=True)
-    return {"result": result.as_dict(), "feedback": feedback, "autograded": autograded, "worker": address,
+    return {"result": result.as_dict(), "feedback": feedback, "autograded": autograded, "instructor": instructor,
+            "worker": address,
             "gpu": gpu, "elapsed_s": round(time.monotonic() - started, 2), "fingerprint": course_fingerprint()}
 
 

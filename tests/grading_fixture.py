@@ -386,7 +386,7 @@ EXPECTED_CPU = {
 }
 FORGED_TIMESTAMP = "2001-01-01 00:00:00.000000 UTC\n<script>alert('gradebook')</script>\n"
 # Hand-in times (timestamp.txt) of two students, around the due time test_grading_rules grades with.
-DUE = "2026-01-12T23:59"
+DUE = "2026-01-12T23:59Z"
 TIMESTAMPS = {"correct": "2026-01-12 23:00:00.000000 UTC", "noisy": "2026-01-15 09:30:00.000000 UTC"}
 
 

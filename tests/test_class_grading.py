@@ -243,6 +243,7 @@ def test_a_worker_without_the_course_is_named(scheduler, tmp_path):
     wait_for_workers(address, 1)
     write_fixture_lab(tmp_path / "solutions")
     (tmp_path / "submissions" / "alice" / LAB).mkdir(parents=True)
+    (tmp_path / "submissions" / "alice" / LAB / "ch1.ipynb").write_text("{}")
     run = course("grade", "submissions", "--solutions", "solutions", "--out", "out", "--cluster", address,
                  cwd=tmp_path, timeout=300)
     assert run.returncode == 1, run.stdout + run.stderr

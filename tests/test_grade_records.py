@@ -16,6 +16,8 @@ import pytest
 
 from autograde.cluster import WorkerInfo, judge_workers, validate_address
 from autograde.export import CANVAS_COLUMNS, canvas_csv, notebook_csv, read_roster
+from autograde.final import final_grades
+from autograde.ledger import LedgerState
 from autograde.layout import GradingError
 from autograde.progress import Progress
 from autograde.results import NEEDS_GPU, CellResult, LabResult, NotebookResult
@@ -82,9 +84,13 @@ def canvas_rows(text: str) -> list[list[str]]:
     return list(csv.reader(io.StringIO(text)))
 
 
+def canvas(results: list[StoredResult], roster=None, **options):
+    return canvas_csv(results, final_grades(results, LedgerState()), roster, **options)
+
+
 def test_canvas_export_has_canvas_columns_and_points_possible():
-    export = canvas_csv([stored("alice", LAB1, [2, 2, 1]), stored("bob", LAB1, [0, 0, 0]),
-                         stored("alice", LAB2, [2, 2, 2])])
+    export = canvas([stored("alice", LAB1, [2, 2, 1]), stored("bob", LAB1, [0, 0, 0]),
+                     stored("alice", LAB2, [2, 2, 2])])
     rows = canvas_rows(export.text)
     assert rows[0] == CANVAS_COLUMNS + [LAB1, LAB2]
     assert rows[1] == ["Points Possible", "", "", "", "", "6", "6"]
@@ -100,18 +106,20 @@ def test_canvas_export_matches_the_roster_and_reports_the_rest(tmp_path):
                       '"Roe, Rick",102,bob,rroe,Sec B,\n'
                       '"Poe, Paula",103,S-003,ppoe,Sec B,\n'
                       '"Student, Test",999,,,,\n')
-    export = canvas_csv([stored("jdoe", LAB1, [2, 2, 2]), stored("bob", LAB1, [2, 0, 0]),
-                         stored("mallory", LAB1, [2, 2, 2]), stored("ppoe", LAB1, [0, 0, 0], complete=False)],
-                        read_roster(roster))
+    export = canvas([stored("jdoe", LAB1, [2, 2, 2]), stored("bob", LAB1, [2, 0, 0]),
+                     stored("mallory", LAB1, [2, 2, 2]), stored("ppoe", LAB1, [0, 0, 0], complete=False)],
+                    read_roster(roster), assignments={LAB1: "Lab 1"})
     rows = canvas_rows(export.text)
-    assert rows[0][:5] == CANVAS_COLUMNS
+    assert rows[0] == CANVAS_COLUMNS + ["Lab 1 (1234)"], "the instructor's own assignment, by its Canvas header"
     by_name = {row[0]: row for row in rows[2:]}
     assert by_name["Doe, Jane"] == ["Doe, Jane", "101", "S-001", "jdoe@uni.edu", "Sec A", "6"]   # e-mail login
     assert by_name["Roe, Rick"] == ["Roe, Rick", "102", "bob", "rroe", "Sec B", "2"]              # SIS User ID
     assert by_name["Poe, Paula"][-1] == "", "a failed grading is left empty, never a zero"
     assert "mallory" not in export.text and "Student, Test" not in export.text
     notes = " ".join(export.notes)
-    assert "mallory: not in the roster" in notes and "ppoe" in notes and "grading failed" in notes
+    assert "mallory: not in the roster" in notes and "ppoe" in notes and "did not finish" in notes
+    with pytest.raises(GradingError, match="no such assignment in the roster"):
+        canvas([stored("jdoe", LAB1, [2, 2, 2])], read_roster(roster), assignments={LAB1: "Lab 9"})
 
 
 def test_a_file_that_is_not_a_canvas_export_is_a_clear_error(tmp_path):
@@ -122,7 +130,8 @@ def test_a_file_that_is_not_a_canvas_export_is_a_clear_error(tmp_path):
 
 
 def test_notebook_csv_has_one_row_per_notebook():
-    export = notebook_csv([stored("alice", LAB1, [2, 1, 0], gpu_skipped=True)])
+    results = [stored("alice", LAB1, [2, 1, 0], gpu_skipped=True)]
+    export = notebook_csv(results, final_grades(results, LedgerState()))
     rows = list(csv.DictReader(io.StringIO(export.text)))
     assert [(r["notebook"], r["score"], r["max_score"], r["skipped_points"]) for r in rows] == [
         ("01_a", "2", "2", "0"), ("02_b", "1", "4", "1")]
@@ -183,6 +192,7 @@ def test_an_unreachable_cluster_is_a_clear_error_within_seconds(tmp_path):
 
     write_fixture_lab(tmp_path / "solutions")
     (tmp_path / "submissions" / "alice" / "lab00-fixture").mkdir(parents=True)
+    (tmp_path / "submissions" / "alice" / "lab00-fixture" / "ch1.ipynb").write_text("{}")
     with socket.socket() as probe:   # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

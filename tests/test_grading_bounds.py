@@ -112,7 +112,13 @@ def test_result_files_and_report_hold_clipped_reasons():
         CellResult("t1", 0, 1, "error", "r" * (30 << 20))])], problems=["p" * (5 << 20)] * 500)
     again = LabResult.from_dict(json.loads(json.dumps(result.as_dict())))
     assert len(again.notebooks[0].cells[0].reason) < 5000
-    report = report_json([again], ["u" * (5 << 20)], device="cpu", timeout=120, limits=KernelLimits().as_dict())
+    from autograde.final import final_grades
+    from autograde.ledger import LedgerState
+    from autograde.store import StoredResult
+
+    stored = [StoredResult(again, {}, True)]
+    report = report_json(stored, final_grades(stored, LedgerState()), ["u" * (5 << 20)], device="cpu", timeout=120,
+                         limits=KernelLimits().as_dict())
     assert len(report) < 300_000
     assert json.loads(report)["kernel_limits"]["memory"] == 4 * GiB
 
@@ -229,7 +235,7 @@ def test_an_output_a_check_printed_keeps_its_text():
     ("\u0662\u0660\u0662\u0666-03-01 12:00", "", "not a timestamp"),              # digits that are not ASCII
 ])
 def test_timestamp_txt_is_parsed_and_checked(tmp_path, text, recorded, problem):
-    from autograde.grade_lab import read_timestamp
+    from autograde.due import read_timestamp
 
     path = tmp_path / "timestamp.txt"
     path.write_text(text)

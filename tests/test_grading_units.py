@@ -6,9 +6,18 @@ import os
 from pathlib import Path
 
 from autograde.demos import DemoStudent
+from autograde.final import final_grades
+from autograde.ledger import LedgerState
 from autograde.report import score_table
 from autograde.results import FAILED, MISSING, PASSED, CellResult, LabResult, NotebookResult
 from autograde.solve import _cell_problem
+from autograde.store import StoredResult
+
+
+def graded(results: list[LabResult], state: LedgerState | None = None):
+    """(stored results, their final grades) of ``results``, as the class files see them."""
+    stored = [StoredResult(result, {}, complete=True) for result in results]
+    return stored, final_grades(stored, state or LedgerState())
 
 
 def test_solve_reports_an_error_before_stderr():
@@ -30,7 +39,7 @@ def test_solve_accepts_stdout_only():
 def test_score_table_summarizes_notebooks_not_handed_in():
     handed_in = NotebookResult("01_a", "graded", cells=[CellResult("t1", 2, 2, PASSED), CellResult("t2", 0, 1, FAILED)])
     missing = [NotebookResult(f"0{i}_b", "missing", cells=[CellResult("t", 0, 3, MISSING)]) for i in (2, 3)]
-    table = score_table([LabResult("ada", "lab01", [handed_in, *missing])])
+    table = score_table(*graded([LabResult("ada", "lab01", [handed_in, *missing])]))
     assert "handed in 1 of 3 notebooks, failed" in table
     assert "2/9" in table
 
@@ -59,9 +68,9 @@ def test_summary_line_lists_few_results_and_summarizes_many():
         return LabResult(student, lab, [NotebookResult("01_a", "graded", cells=[CellResult("t", score, 4, PASSED)])])
 
     few = [result("correct", "lab01", 4), result("blank", "lab01", 0)]
-    assert one_line_summary(few) == "blank 0% · correct 100%"
+    assert one_line_summary(graded(few)[1]) == "blank 0% · correct 100%"
     many = [result(f"s{i}", "lab01", i % 5) for i in range(10)]
-    assert one_line_summary(many) == "lab01: 10 graded, median 50%, 2 with full marks, 2 with zero"
+    assert one_line_summary(graded(many)[1]) == "lab01: 10 graded, median 50%, 2 with full marks, 2 with zero"
 
 
 def test_a_new_worker_removes_the_folders_of_killed_workers_only(tmp_path):
@@ -206,33 +215,78 @@ def test_due_times_parse_per_lab_and_refuse_what_is_not_a_time():
 
     from autograde.due import DueError, parse_due
 
-    due = parse_due(["2026-12-01T23:59", "lab02=2026-12-08T12:00+01:00"], ["lab01", "lab02"])
+    due = parse_due(["2026-12-01T23:59Z", "lab02=2026-12-08T12:00+01:00"], ["lab01", "lab02"])
     assert due.for_lab("lab01") == datetime(2026, 12, 1, 23, 59)
     assert due.for_lab("lab02") == datetime(2026, 12, 8, 11, 0)      # its zone, in UTC
     assert not parse_due(None, ["lab01"])
-    for values, words in ((["friday"], "--due: 'friday' is not a time"),
-                          (["lab09=2026-12-01"], "unknown lab 'lab09'"),
-                          (["2026-12-01", "2026-12-02"], "given twice")):
+    for values, words in ((["friday"], "--due 'friday' is not a time"),
+                          (["lab09=2026-12-01T23:59Z"], "unknown lab 'lab09'"),
+                          (["2026-12-01T23:59Z", "2026-12-02T23:59Z"], "given twice"),
+                          (["2026-12-01"], "--due 2026-12-01: a date alone would be read as 00:00 UTC"),
+                          (["2026-12-01T23:59"], "it names no zone")):
         with pytest.raises(DueError, match=words):
             parse_due(values, ["lab01", "lab02"])
 
 
-def test_lateness_is_the_claims_and_the_table_says_so():
-    from autograde.due import DueTimes, late_note, parse_due
-    from autograde.report import score_table
-    from autograde.results import LabResult
+def _class_due(due: str, rule: str | None = None) -> LedgerState:
+    from autograde.ledger import Event
 
-    due = parse_due(["2026-12-01T12:00"], ["lab01"])
+    events = [Event(1, "t", "me", "due", "*", data={"due": due})]
+    if rule:
+        events.append(Event(2, "t", "me", "late_rule", "*", data={"rule": rule}))
+    return LedgerState.from_events(events)
+
+
+def test_lateness_is_the_claims_and_the_table_says_so():
+    from autograde.due import late_note
+
+    state = _class_due("2026-12-01T12:00:00+00:00")
     late = LabResult("ada", "lab01", timestamp="2026-12-01 14:05:00.000000 UTC")
     on_time = LabResult("bob", "lab01", timestamp="2026-12-01 11:00:00.000000 UTC")
     unknown = LabResult("cy", "lab01")
-    assert late_note(late, due) == "late by 2 h 05 min (claimed)"
-    assert late_note(on_time, due) is None
-    assert late_note(unknown, due) == "no hand-in time (lateness unknown)"
-    assert late_note(late, DueTimes()) is None
-    table = score_table([late, on_time, unknown], due)
+    stored, finals = graded([late, on_time, unknown], state)
+    notes = [late_note(final.hand_in) for final in finals]
+    assert notes == ["late by 2 h 05 min (claimed)", None, "no hand-in time (lateness unknown)"]
+    assert late_note(graded([late])[1][0].hand_in) is None, "no due time: no lateness"
+    table = score_table(stored, finals)
     assert "late by 2 h 05 min (claimed)" in table and "lateness unknown" in table
 
+
+def test_a_late_penalty_counts_started_periods_up_to_its_cap_and_refuses_what_it_cannot_read():
+    import pytest
+
+    from autograde.due import DueError, parse_late_rule
+
+    rule = parse_late_rule("10%/day,max=25%,grace=15min")
+    assert [rule.penalty(seconds, 40) for seconds in (600, 16 * 60, 86400, 86400 + 16 * 60, 30 * 86400)] == \
+        [0, 4, 4, 8, 10]
+    assert parse_late_rule("2/h").penalty(3 * 3600 + 1, 10) == 8 and parse_late_rule("2/h").penalty(99 * 3600, 10) == 10
+    for text, words in (("10%", "expected RATE/PERIOD"), ("10%/fortnight", "not a duration"),
+                        ("150%/day", "at most 100%"), ("10%/day,cap=5", "unknown part 'cap=5'"),
+                        ("0/day", "more than 0")):
+        with pytest.raises(DueError, match=words):
+            parse_late_rule(text)
+
+
+def test_the_lms_receipt_beats_the_claim_and_an_extension_beats_the_due_time():
+    from autograde.ledger import Event
+
+    claim_on_time = LabResult("ada", "lab01", [NotebookResult("01_a", "graded", cells=[CellResult("t", 10, 10, PASSED)])],
+                              timestamp="2026-12-01 11:00:00.000000 UTC")
+    received_late = StoredResult(claim_on_time, {}, True, hand_in={"received": "2026-12-02 13:00:00.000000 UTC",
+                                                                   "received_from": "the LMS export r.csv"})
+    state = _class_due("2026-12-01T12:00:00+00:00", "10%/day")
+    [final] = final_grades([received_late], state)
+    assert final.hand_in["status"] == "late by the LMS's receipt" and final.late_penalty == 2 and final.score == 8
+    extended = LedgerState.from_events(state.history + [
+        Event(3, "t", "me", "extension", "lab01", "ada", data={"due": "2026-12-03T12:00:00+00:00"}, why="medical")])
+    [final] = final_grades([received_late], extended)
+    assert final.hand_in["status"] == "on time by the LMS's receipt" and final.score == 10
+    assert "extension" in final.hand_in["due_basis"]
+    flagged = StoredResult(claim_on_time, {}, True, hand_in={"lms": "Canvas", "lms_late": True})
+    [final] = final_grades([flagged], state)
+    assert final.hand_in["status"] == "late by the LMS's flag" and final.hand_in["late_by_s"] is None
+    assert final.late_penalty == 0, "late by how much is unknown: no penalty is guessed"
 
 
 _LOG_PLOT = """

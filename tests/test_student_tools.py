@@ -24,7 +24,9 @@ import nbformat
 import pytest
 
 from autograde import authoring as a
-from autograde.unpack import MAX_FILE_BYTES, UnpackError, unpack_submissions
+from autograde.intake import NOT_GRADED, take_in
+from autograde.layout import GradingError
+from autograde.unpack import MAX_FILE_BYTES, UnpackError, read_zip
 from course_lib.cli import STUDENT_COMMANDS, main
 from course_lib.handin.check import (FAILED, HIDDEN_ONLY, NOT_ATTEMPTED, PASSED, SKIPPED_GPU, check_notebook,
                                      inspect_file)
@@ -434,7 +436,9 @@ NOTEBOOK = nbformat.writes(a.notebook([a.markdown("# x")]))
 def test_a_zip_with_a_path_outside_its_folder_is_refused_whole(tmp_path, entry, words):
     archive = _zip(tmp_path / "hostile.zip", {"s1/lab00-handin/ch1.ipynb": NOTEBOOK, entry: NOTEBOOK})
     with pytest.raises(UnpackError, match=re.escape(words)):
-        unpack_submissions(archive, tmp_path / "unpacked")
+        read_zip(archive)
+    with pytest.raises(GradingError, match=re.escape(words)):   # given on its own: the command stops
+        take_in(archive, tmp_path / "unpacked", CHAPTERS)
     assert not list((tmp_path / "unpacked").rglob("*.ipynb"))
     assert not (tmp_path / "evil").exists() and not (tmp_path / "evil.ipynb").exists()
 
@@ -443,18 +447,25 @@ def test_links_huge_entries_and_duplicates_are_refused(tmp_path):
     link = _zip(tmp_path / "link.zip", {"s1/lab00-handin/ch1.ipynb": "/etc/passwd"},
                 links=("s1/lab00-handin/ch1.ipynb",))
     with pytest.raises(UnpackError, match="a symbolic link"):
-        unpack_submissions(link, tmp_path / "u1")
+        read_zip(link)
     huge = tmp_path / "huge.zip"
     with zipfile.ZipFile(huge, "w", zipfile.ZIP_DEFLATED) as zipped:
         zipped.writestr("s1/lab00-handin/ch1.ipynb", b"\0" * (MAX_FILE_BYTES + 1))   # compresses to ~64 KB
     assert huge.stat().st_size < MAX_FILE_BYTES // 100
     with pytest.raises(UnpackError, match="at most"):
-        unpack_submissions(huge, tmp_path / "u2")
+        read_zip(huge)
     twice = _zip(tmp_path / "twice.zip", {"s1/lab00-handin/ch1.ipynb": NOTEBOOK})
     with pytest.warns(UserWarning, match="Duplicate name"), zipfile.ZipFile(twice, "a") as zipped:
         zipped.writestr("s1/lab00-handin/ch1.ipynb", NOTEBOOK)
     with pytest.raises(UnpackError, match="appears twice"):
-        unpack_submissions(twice, tmp_path / "u3")
+        read_zip(twice)
+
+
+CHAPTERS = {LAB: {"ch1": frozenset(), "ch2": frozenset()}}
+
+
+def outcomes(intake) -> dict[str, tuple[str, str]]:
+    return {source.entry: (source.outcome, source.reason) for source in intake.sources}
 
 
 def test_a_folder_of_zips_grades_the_latest_hand_in_and_reports_the_refused(tmp_path):
@@ -470,12 +481,15 @@ def test_a_folder_of_zips_grades_the_latest_hand_in_and_reports_the_refused(tmp_
     _zip(folder / "s2-evil.zip", {"../../s2/lab00-handin/ch1.ipynb": NOTEBOOK})
     (folder / "s3" / "lab00-handin").mkdir(parents=True)
     (folder / "s3" / "lab00-handin" / "ch1.ipynb").write_text(NOTEBOOK)
-    unpacked = unpack_submissions(folder, tmp_path / "unpacked")
-    assert unpacked.zips == 2 and len(unpacked.refused) == 1 and "s2-evil.zip" in unpacked.refused[0]
+    intake = take_in(folder, tmp_path / "unpacked", CHAPTERS)
+    seen = outcomes(intake)
+    assert seen["s2-evil.zip"][0] == NOT_GRADED and "a '..' part" in seen["s2-evil.zip"][1]
+    assert seen["s1-20260101T100000Z.zip"] == (NOT_GRADED, "replaced by a later hand-in of s1/lab00-handin "
+                                                           "(s1-20260102T100000Z.zip)")
     assert "second try" in (tmp_path / "unpacked" / "s1" / "lab00-handin" / "ch1.ipynb").read_text()
     assert (tmp_path / "unpacked" / "s3" / "lab00-handin" / "ch1.ipynb").is_file()
     assert not (tmp_path / "unpacked" / "s2").exists()
-    notes = "\n".join(unpacked.notes)
+    notes = "\n".join(note for source in intake.sources for note in source.notes)
     assert "handed in twice" in notes and "graded the later one, s1-20260102T100000Z.zip" in notes
     assert "ignored s1/notes.txt" in notes
 
@@ -492,14 +506,16 @@ def test_a_zip_named_for_one_student_cannot_hand_in_or_replace_another_students_
                                               "s2/lab00-handin/ch1.ipynb": forged,
                                               "s2/lab00-handin/timestamp.txt": "2099-01-01 10:00:00.000000 UTC"})
     _zip(folder / "homework.zip", {"s2/lab00-handin/ch1.ipynb": forged})   # renamed: names nobody
-    # A learning platform's prefix and a browser's copy number keep the name's student.
-    _zip(folder / "doe_s3_1234_s3-20260102T100000Z (1).zip", {"s3/lab00-handin/ch1.ipynb": NOTEBOOK})
+    # Canvas's download names the uploader; a browser's copy number keeps the name's student.
+    _zip(folder / "doejane_1234_99_s3-20260102T100000Z (1).zip", {"s3/lab00-handin/ch1.ipynb": NOTEBOOK})
     _zip(folder / "s30-20260102T100000Z.zip", {"s3/lab00-handin/ch2.ipynb": NOTEBOOK})   # s30 is not s3
-    unpacked = unpack_submissions(folder, tmp_path / "unpacked")
-    refused = "\n".join(unpacked.refused)
-    assert len(unpacked.refused) == 3, refused
-    assert "s1-20260102T100000Z.zip: refused: it holds the folder 's2/', a student its name does not name" in refused
-    assert "homework.zip: refused" in refused and "s30-20260102T100000Z.zip: refused" in refused
+    _zip(folder / "s1-s2-20260102T100000Z.zip", {"s2/lab00-handin/ch1.ipynb": forged})  # names s2 as a word only
+    intake = take_in(folder, tmp_path / "unpacked", CHAPTERS)
+    seen = outcomes(intake)
+    refused = {entry for entry, (outcome, _) in seen.items() if outcome == NOT_GRADED}
+    assert refused == {"s1-20260102T100000Z.zip", "homework.zip", "s30-20260102T100000Z.zip",
+                       "s1-s2-20260102T100000Z.zip"}, seen
+    assert "it holds the folder 's2/', a student its name does not name" in seen["s1-20260102T100000Z.zip"][1]
     assert not (tmp_path / "unpacked" / "s3" / "lab00-handin" / "ch2.ipynb").exists()
     assert "s2's own work" in (tmp_path / "unpacked" / "s2" / "lab00-handin" / "ch1.ipynb").read_text()
     assert (tmp_path / "unpacked" / "s3" / "lab00-handin" / "ch1.ipynb").is_file()
@@ -527,7 +543,7 @@ def test_course_grade_grades_the_zip_that_course_submit_made(course, manifest, t
                           str(course / "solutions"), "--out", str(tmp_path / "out"), "--timeout", "30"],
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "Unpacked 1 zip" in run.stderr
+    assert "(1 entry, 1 hand-in)" in run.stderr and re.search(r"graded +as s7/lab00-handin", run.stdout), run.stdout
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     (entry,) = report["submissions"]
     assert (entry["student"], entry["lab"]) == ("s7", LAB)

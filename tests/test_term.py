@@ -12,8 +12,9 @@ For each lab, as an instructor and a class would:
    and ``course submit --zip`` with the kit's own edition of ``course_lib``, as a student's machine
    would;
 3. **the instructor** grades every zip of the class (each chapter's students are students of
-   their own, ``correct.lab01.02``) in one ``course grade`` run (the isolated grader, two workers)
-   and writes the gradebook with ``course export --format canvas``: one column per lab.
+   their own, ``correct.lab01.02``) in one ``course grade`` run (the isolated grader, two workers),
+   upholds one regrade request (``course adjust --score``), regrades that student, and writes the
+   gradebook with ``course export --format canvas``: one column per lab.
 
 Then: in the kit the reference answers pass every visible test and every other cell runs (no
 platform code, plot or check may reach a locked reference: a stub's error anywhere fails the
@@ -249,6 +250,14 @@ class Term:
         zips = len(list(self.zips.glob("*.zip")))
         self.graded = course("grade", self.zips, "--out", self.grades, "--jobs", "2", "--timeout", "300",
                              timeout=600 + 90 * zips)
+        # A regrade request upheld for one student, then that student regraded (the cheapest: a blank hand-in):
+        # the change outlives the regrade and reaches the Canvas file.
+        lab, chapter = next(iter(self.chapters))
+        self.adjusted = _student_id(DemoStudent("blank", "", "release"), lab, chapter)
+        self.adjust = course("adjust", self.grades, self.adjusted, "--lab", lab, "--score", "1",
+                             "--why", "term test: a regrade request upheld")
+        self.regraded = course("grade", self.zips, "--out", self.grades, "--student", self.adjusted, "--lab", lab,
+                               "--timeout", "300", timeout=900)
         self.exported = course("export", self.grades, "--format", "canvas", "--out", self.canvas)
         report = self.grades / "report.json"
         self.report = json.loads(report.read_text()) if report.is_file() else {"submissions": []}
@@ -343,6 +352,11 @@ def test_a_chapter_goes_out_in_the_kit_and_comes_back_graded(chapter, term):
             if said["status"] == "passed" and cell["points"] < cell["max_points"] and not hidden:
                 problems.append(f"{name}/{cell['grade_id']}: course check said passed, the grader gave "
                                 f"{cell['points']:g} of {cell['max_points']:g} ({cell['reason'][:200]})")
+    assert term.adjust.returncode == 0 and term.regraded.returncode == 0, term.adjust.stderr + term.regraded.stderr
+    if term.adjusted in entries:   # this chapter's blank student: its override outlived its regrade
+        adjusted = entries[term.adjusted]
+        assert adjusted["score"] == 1 and adjusted["auto_score"] == 0, adjusted["final"]
+        assert len(adjusted["gradings"]) == 2, "the regrade keeps the first grading in the history"
     exported = term.exported
     assert exported.returncode == 0, exported.stderr
     rows = list(csv.reader(io.StringIO(term.canvas.read_text())))

@@ -9,10 +9,12 @@
 - ``blame``: which answer a failing cell's error comes from (for ``course check``);
 - ``stubs``: what a student sees when a cell reaches an exercise not written yet (an IPython extension);
 - ``notebooks``: reading and validating notebook files, their nbgrader metadata, lab and student
-  names, and which test cells need a GPU (shared with the grader, which imports them from here).
+  names, and which test cells need a GPU (shared with the grader, which imports them from here);
+- ``update``: ``make update``: the next kit taken into the student's copy, never overwriting a
+  notebook they changed (a script of the standard library alone: it runs before ``make setup``).
 
 ``course check`` runs a notebook in a fresh kernel with ``course_lib.runner``, the same runner the
-grader uses. (``course grade`` unpacks the zips of ``course submit --zip`` with ``autograde.unpack``.)
+grader uses. (``course grade`` reads the zips of ``course submit --zip`` with ``autograde.intake``.)
 """
 
 import sys
