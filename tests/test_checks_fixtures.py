@@ -262,7 +262,7 @@ def test_a_divergence_says_what_the_reference_did_there(replayed):
     assert replay[11].startswith("OffTheRecord: this visible test cannot follow your answer in check_admission: "
                                  "your answer led it to ask for BlockAllocator.allocate"), replay[11]
     assert "where at this point the reference answer's run asked for BlockAllocator.can_allocate([0, 1, 2, 3, 4]), " \
-           "which returned True." in replay[11], replay[11]
+           "which returned True (just after BlockAllocator(4, 4))" in replay[11], replay[11]
     # Overtaking: after the second request did not fit, the reference asked nothing more.
     assert "your answer led it to ask for BlockAllocator.can_allocate([0, 1, 2, 3])" in replay[12], replay[12]
     assert "asked nothing more after BlockAllocator.can_allocate([0, 1, 2, 3, 4, 5, 6, 7, 8]), which returned " \

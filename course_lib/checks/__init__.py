@@ -154,7 +154,7 @@ def expect_close(got: float, expected: float, what: str, *, rel: float = 1e-6, a
         fail(f"{what} (tolerance: relative {rel:g}, absolute {abs_:g})", expected=expected, got=got, hint=hint)
 
 
-DEFAULT_CRASH_HINT = "find the line in your answer that raised it (see where above) and what it was given."
+DEFAULT_CRASH_HINT = "look at the line named under where, and at what your code gave it there."
 
 # Where the frames of a notebook's own code come from: a cell run by ipykernel (or an older IPython),
 # or an earlier chapter's answer cell run by course_lib.chapters.answers_from.
@@ -166,7 +166,10 @@ _FRAME_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?
 def where_it_raised(error: BaseException) -> str:
     """One sentence on where in the student's own code ``error`` was raised, for feedback that shows no
     traceback (``course check``, the grader's pages): "It raised in your `encode`, line 7 of its cell:
-    `...`". Read from the traceback (the local one, or the one a graded kernel sent along)."""
+    `...`". Read from the traceback (the local one, or the one a graded kernel sent along). Not in a
+    hidden check: there the traceback is the student's kernel's word, which could carry the hidden inputs."""
+    if hidden_check():
+        return "(not shown for a hidden check) run the visible tests, and inputs of your own, in JupyterLab."
     frame = _innermost_notebook_frame(error)
     if frame is None:
         return ("It raised outside your notebook's cells (in a library call your answer made): run the test cell in "

@@ -383,11 +383,13 @@ def _append_recording(session: _Session) -> None:
 def _off_the_record(session: _Session, upcoming: dict | None, got: str) -> OffTheRecord:
     """The check asked the reference for ``got``; say what the reference answer's run did at this point."""
     where = f" in {session.check_name.rsplit('.', 1)[-1]}" if session.check_name else ""
-    if upcoming is not None:
-        did = f"at this point the reference answer's run asked for {_describe_event(session, upcoming)}"
-    elif session.position:
-        last = session.events[session.position - 1]
-        did = f"the reference answer's run asked nothing more after {_describe_event(session, last)}"
+    last = _describe_event(session, session.events[session.position - 1]) if session.position else None
+    if upcoming is not None and last is not None:
+        did = f"at this point the reference answer's run asked for {_describe_event(session, upcoming)} (just after {last})"
+    elif upcoming is not None:
+        did = f"the reference answer's run first asked for {_describe_event(session, upcoming)}"
+    elif last is not None:
+        did = f"the reference answer's run asked nothing more after {last}"
     else:
         did = "the reference answer's run never needed the reference in this check"
     return OffTheRecord(
