@@ -549,8 +549,7 @@ def _exercise_status(exercise: ExerciseResult) -> tuple[str, str]:
         return FAILED, f"its visible tests pass, but {broken}" if visible else broken
     blocked = next((test for test in counted if test.status == BLOCKED), None)
     if blocked is not None:
-        return BLOCKED, (f"{passed} of {len(visible)} visible test cells pass; {blocked.grade_id} could not run: "
-                         f"{blocked.message}")
+        return BLOCKED, f"{passed} of {len(visible)} visible test cells pass; {blocked.grade_id}: {blocked.message}"
     hidden = sum(test.points for test in counted if not test.visible)
     if not visible:
         return HIDDEN_ONLY, f"{_points(hidden)} points: no visible check, the hidden tests decide them"
