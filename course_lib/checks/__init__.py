@@ -175,9 +175,10 @@ def where_it_raised(error: BaseException) -> str:
         return ("It raised outside your notebook's cells (in a library call your answer made): run the test cell in "
                 "JupyterLab, where the traceback under it leads from your answer to that call.")
     name, line, code, cell = frame
-    where = f"your `{name}`" if name not in ("<module>", "") else "your cell"
-    origin = f" of {cell}" if cell else " of its cell"
-    return f"It raised in {where}, line {line}{origin}" + (f": `{code.strip()}`." if code.strip() else ".")
+    where = f"your `{name[:80]}`" if name not in ("<module>", "") else "your cell"
+    origin = f" of {cell[:120]}" if cell else " of its cell"
+    code = code.strip() if len(code.strip()) <= 160 else code.strip()[:157] + "..."
+    return f"It raised in {where}, line {line}{origin}" + (f": `{code}`." if code else ".")
 
 
 def _innermost_notebook_frame(error: BaseException) -> tuple[str, int, str, str] | None:
