@@ -711,6 +711,13 @@ Passing the visible tests is necessary, not sufficient: grading also runs hidden
 cell whose checks are all hidden shows as "graded later with hidden inputs", and the total says
 how many points only the hidden tests decide.
 
+A chapter that runs an earlier chapter's answers reads them from that chapter's saved notebook,
+which must sit in the same folder. When it is not there (a copy of the notebook checked somewhere
+else), or its answers are still as released, a NOTE at the top says so, and the cells that need
+them show as **could not run** instead of failing this chapter's answers. The first line counts the
+cells that raised; an error that only follows from a cell that failed first (a name it should have
+defined) is listed as a knock-on of that cell: fix that one first.
+
 ## Handing in: `course submit`
 
 The grader reads one folder per student and lab, with the notebooks under their release names:

@@ -5,7 +5,7 @@ Every sentence of a notebook that states what a measurement shows is backed by a
 solution notebooks (the reference answers) N times each, with K busy loops spinning beside them
 as a student's laptop has a browser and a music player, and prints per claim how often it held::
 
-    python benchmarks/claims.py --runs 10 --busy 2                       # Labs 0.2, 0.4 and 0.5
+    python benchmarks/claims.py --runs 10 --busy 2                       # Labs 0.1, 0.2, 0.4 and 0.5
     python benchmarks/claims.py --runs 3 --notebooks lab05-serving/02_load
     python benchmarks/claims.py --runs 10 --busy 2 --markdown claims.md   # the table for RESULTS.md
 
@@ -39,7 +39,7 @@ from datetime import date
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_LABS = ("lab02-prefill-vs-decode", "lab04-faster-decoding", "lab05-serving")
+DEFAULT_LABS = ("lab01-text-to-tensors", "lab02-prefill-vs-decode", "lab04-faster-decoding", "lab05-serving")
 GPU_LABS = ("lab03-kernels",)
 TARGET = 0.9
 

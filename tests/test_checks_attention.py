@@ -210,3 +210,11 @@ def test_one_key_tile_is_not_held_against_the_student(reference):
     """With block_k >= kv_len there is one tile either way: nothing to tell apart, nothing required."""
     student = _student(_demo_answers("buggy-flash-ignores-block-k"))
     checks.check_flash_attention(student["flash_attention"], 40, 40, 4, 4, 8, block_q=64, block_k=64)
+
+
+def test_naive_attention_that_ignores_scale_fails_the_visible_scale_case_with_a_hint():
+    buggy = _student(_demo_answers("buggy-naive-ignores-scale"))
+    checks.check_naive_attention(buggy["naive_attention"], 3, 10, 4, 2, 16)   # scale None: right
+    with pytest.raises(CheckFailed) as failure:
+        checks.check_naive_attention(buggy["naive_attention"], 5, 8, 4, 2, 16, seed=7, scale=0.5)
+    assert "use the scale argument when it is given" in str(failure.value)

@@ -142,6 +142,42 @@ def test_counting_pass_one_as_a_decode_step_gets_its_own_hint(reference):
                                           True)
 
 
+def test_off_by_one_flop_counts_each_get_the_hint_that_names_them(reference):
+    """Every usual off-by-one gets its own hint (the visible first case, P = 2, T = 2 without a cache, and
+    with one): never the hint of another mistake."""
+    def with_lengths(shift: int, extra_passes: int = 0):
+        def generation_flops(config, num_parameters, prompt_len, new_tokens, use_cache):
+            per_key = 4 * config.num_layers * config.num_q_heads * config.head_dim
+            total = 0
+            for k in range(1, new_tokens + 1 + extra_passes):
+                n = prompt_len + k - 1 + shift
+                if use_cache and k > 1:
+                    total += 2 * num_parameters + per_key * n
+                else:
+                    total += 2 * num_parameters * n + per_key * n * (n + 1) // 2
+            return total
+        return generation_flops
+
+    def without_own_key(config, num_parameters, prompt_len, new_tokens, use_cache):
+        per_key = 4 * config.num_layers * config.num_q_heads * config.head_dim
+        total = 0
+        for k in range(1, new_tokens + 1):
+            n = prompt_len + k - 1
+            total += (2 * num_parameters + per_key * n) if use_cache and k > 1 else \
+                (2 * num_parameters * n + per_key * n * (n - 1) // 2)
+        return total
+
+    for use_cache in (False, True):
+        one_too_long = _failure(checks.check_generation_flops, with_lengths(1), TINY, 1_000, 2, 2, use_cache)
+        assert "one token too long" in one_too_long and "n * n" not in one_too_long, one_too_long
+        assert "one pass too many" in _failure(checks.check_generation_flops, with_lengths(0, 1), TINY, 1_000, 2, 2,
+                                               use_cache)
+        assert "one pass too few" in _failure(checks.check_generation_flops, with_lengths(0, -1), TINY, 1_000, 3, 4,
+                                              use_cache)
+        assert "attends over itself too" in _failure(checks.check_generation_flops, without_own_key, TINY, 1_000, 2,
+                                                     2, use_cache)
+
+
 # ---------------------------------------------------------------------------------------------
 # fastest
 # ---------------------------------------------------------------------------------------------

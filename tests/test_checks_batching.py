@@ -276,3 +276,32 @@ def test_metrics_of_a_real_engine_run(reference):
     with pytest.raises(CheckFailed, match="n - 1 gaps"):
         checks.check_compute_metrics_on_engine(_demo("buggy-tpot-divides-by-n")["compute_metrics"], max_num_seqs=2,
                                                num_requests=3)
+
+
+def test_priority_by_a_stable_sort_on_priority_alone_is_right():
+    """The lab promises state.waiting in (arrival_time, request_id) order, so ties need no key of their own."""
+    stable = _with("priority_batching", (
+        "def priority_batching(state):\n"
+        "    free_places = state.max_batch_size - len(state.running)\n"
+        "    return sorted(state.waiting, key=lambda r: r.priority)[:free_places]\n"))
+    _check_policy_everywhere(stable, "priority")
+    for seed in range(30, 33):
+        checks.check_policy_run(stable["priority_batching"], "priority",
+                                checks.random_workload(seed, num_priorities=3), max_batch_size=4)
+
+
+def test_every_waiting_queue_keeps_the_promised_order():
+    """What makes the stable sort right: the simulator and the hand-made states keep arrival order."""
+    for policy in ("static", "dynamic", "continuous", "priority"):
+        for _, state in checks.crafted_states(policy):
+            order = [(r.arrival_time, r.request_id) for r in state.waiting]
+            assert order == sorted(order), (policy, order)
+    seen = []
+
+    def recording(state):
+        seen.append([(r.arrival_time, r.request_id) for r in state.waiting])
+        return sim.continuous_policy(state)
+
+    workload = sim.poisson_workload(40, rate_per_s=30.0, seed=3, num_priorities=3)
+    sim.simulate(workload, recording, max_batch_size=3)
+    assert seen and all(order == sorted(order) for order in seen)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_lib.checks import DEFAULT_CRASH_HINT, CheckFailed, call_student, one_thread
+from course_lib.checks import DEFAULT_CRASH_HINT, CheckFailed, call_student, one_thread, where_it_raised
 
 
 def crash_on_empty(values: list[int], *, scale: int = 1) -> int:
@@ -15,7 +15,10 @@ def crash_on_empty(values: list[int], *, scale: int = 1) -> int:
 def test_a_crash_names_the_call_the_error_and_the_default_hint():
     with pytest.raises(CheckFailed) as failure:
         call_student(crash_on_empty, "first", [], scale=3)
-    assert str(failure.value) == (f"first([], scale=3) raised IndexError: list index out of range\n"
+    assert str(failure.value) == ("first([], scale=3) raised IndexError: list index out of range\n"
+                                  "  where: It raised outside your notebook's cells (in a library call your answer "
+                                  "made): run the test cell in JupyterLab, where the traceback under it leads from "
+                                  "your answer to that call.\n"
                                   f"  hint: {DEFAULT_CRASH_HINT}")
     assert isinstance(failure.value.__cause__, IndexError)  # the traceback still reaches the answer
 
@@ -77,3 +80,41 @@ def test_one_thread_restores_the_thread_count_even_after_an_error():
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(original)
+
+
+def _cell_function(source: str, filename: str):
+    """A function defined as a notebook cell defines it: compiled under ipykernel's file name for the cell."""
+    import linecache
+
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    namespace: dict = {}
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace
+
+
+def test_a_crash_says_where_in_the_answer_it_raised_since_no_traceback_is_shown():
+    # course check and the grader's pages show a check's message, not the traceback: "where" replaces it.
+    cell = _cell_function("def first(values):\n    head = values[0]\n    return head\n", "/tmp/ipykernel_41/2803.py")
+    with pytest.raises(CheckFailed) as failure:
+        call_student(cell["first"], "first", [])
+    assert "  where: It raised in your `first`, line 2 of its cell: `head = values[0]`." in str(failure.value)
+    assert "traceback above" not in str(failure.value)
+    earlier = _cell_function("def allocate(n):\n    raise KeyError(n)\n", "<04_paging.ipynb: answer cell 'block_allocator'>")
+    with pytest.raises(CheckFailed, match=r"where: It raised in your `allocate`, line 2 of 04_paging.ipynb: answer "
+                                          r"cell 'block_allocator': `raise KeyError\(n\)`"):
+        call_student(earlier["allocate"], "allocate", 3)
+
+
+def test_where_reads_a_graded_kernels_traceback_but_never_in_a_hidden_check():
+    from course_lib.checks import _HIDDEN_CHECK
+
+    error = ValueError("bad")
+    error.remote_traceback = ('Traceback (most recent call last):\n  File "/x/course_lib/runner/kernel.py", line 9, in '
+                              'serve\n    result = call()\n  File "/tmp/ipykernel_7/123.py", line 4, in encode\n'
+                              '    ids = merges[pair]\nValueError: bad\n')
+    assert where_it_raised(error) == "It raised in your `encode`, line 4 of its cell: `ids = merges[pair]`."
+    token = _HIDDEN_CHECK.set(True)
+    try:   # the kernel's traceback is the student's word there: it could carry the hidden inputs
+        assert "encode" not in where_it_raised(error) and "not shown" in where_it_raised(error)
+    finally:
+        _HIDDEN_CHECK.reset(token)

@@ -233,3 +233,21 @@ def test_generate_that_runs_past_the_end_of_sequence_is_named(reference):
     checks.check_generate(reference["generate"], prompt, 12)
     with pytest.raises(CheckFailed, match="end-of-sequence token"):
         checks.check_generate(student["generate"], prompt, 12)
+
+
+@pytest.mark.slow
+def test_generate_that_drops_the_end_of_sequence_token_is_told_about_it(reference):
+    # It stops at eos but leaves the token out: one forward call more than tokens, and the tokens one short.
+    student = _replace_in_answer("generate", """            generated.append(int(logits[0].argmax()))
+            if generated[-1] == config.eos_token_id or len(generated) == max_new_tokens:
+                return generated""", """            token = int(logits[0].argmax())
+            if token == config.eos_token_id:
+                return generated
+            generated.append(token)
+            if len(generated) == max_new_tokens:
+                return generated""")
+    prompt = checks.chat_prompt_ids("What is the capital of France?")
+    with pytest.raises(CheckFailed) as failure:
+        checks.check_generate(student["generate"], prompt, 12)
+    message = str(failure.value)
+    assert "stop right before the end-of-sequence token" in message and "belongs to the result" in message

@@ -43,7 +43,7 @@ def check_allocations(student_cls, lengths, block_size=4):
     reference_allocator = _Allocator(16, block_size)
     student = student_cls(16, block_size)
     for index, length in enumerate(lengths):
-        reference_allocator.allocate(f"s{index}", list(range(length)))
+        reference_allocator.allocate("s" + str(index), list(range(length)))
         student.allocate(f"s{index}", list(range(length)))
         if student.num_free_blocks != reference_allocator.num_free_blocks:
             fail(f"free blocks after allocating {length} tokens", expected=reference_allocator.num_free_blocks,
@@ -67,6 +67,13 @@ def check_refusal(student_cls):
         got = type(error).__name__
     if got != refused:
         fail("allocating 5 blocks from 2", expected=refused, got=got)
+
+
+@recorded_check
+def check_admission(student_admit, lengths):
+    """The student's admission loop drives the check's own (reference) allocator."""
+    allocator = _Allocator(4, 4)
+    student_admit(allocator, lengths)
 
 
 @recorded_check
@@ -114,6 +121,22 @@ class LeakyAllocator(Allocator):
     def allocate(self, seq_id, token_ids):
         self.free -= 1
 
+def admit(allocator, lengths):
+    """First come, first served: ask before allocating, stop at the first that does not fit."""
+    for index, length in enumerate(lengths):
+        if not allocator.can_allocate(list(range(length))):
+            break
+        allocator.allocate("s" + str(index), list(range(length)))
+
+def admit_without_asking(allocator, lengths):
+    for index, length in enumerate(lengths):
+        allocator.allocate("s" + str(index), list(range(length)))
+
+def admit_overtaking(allocator, lengths):
+    for index, length in enumerate(lengths):
+        if allocator.can_allocate(list(range(length))):
+            allocator.allocate("s" + str(index), list(range(length)))
+
 def outcome(call):
     try:
         call()
@@ -122,6 +145,13 @@ def outcome(call):
         return "off the record: " + str(error).splitlines()[0][:80]
     except CheckFailed as error:
         return "failed: " + str(error).splitlines()[0]
+
+def whole(call):
+    try:
+        call()
+        return "passed"
+    except CheckFailed as error:
+        return type(error).__name__ + ": " + str(error).replace(chr(10), " | ")
 
 print("MODE", mode())
 print("RESULT", outcome(lambda: checks.check_merge(merge_pair, [1, 2, 3, 1, 2], (1, 2), 7)))
@@ -135,6 +165,10 @@ if mode() == "replay":
 print("RESULT", outcome(lambda: checks.check_refusal(RefusingAllocator)))
 if mode() == "replay":
     print("RESULT", outcome(lambda: checks.check_refusal(Allocator)))
+print("RESULT", outcome(lambda: checks.check_admission(admit, [5, 9, 4])))
+if mode() == "replay":
+    print("RESULT", whole(lambda: checks.check_admission(admit_without_asking, [5, 9, 4])))
+    print("RESULT", whole(lambda: checks.check_admission(admit_overtaking, [5, 9, 4])))
 '''
 
 
@@ -165,9 +199,9 @@ def replayed(tmp_path_factory):
 
 def test_recording_runs_the_real_reference(replayed):
     recorded, _, jsonl = replayed
-    assert recorded == ["record", "passed", "passed", "passed", "passed"]
+    assert recorded == ["record", "passed", "passed", "passed", "passed", "passed"]
     entries = [json.loads(line) for line in jsonl.read_text().splitlines()]
-    assert len(entries) == 4
+    assert len(entries) == 5
     refusal = next(e for e in entries if "check_refusal" in e["key"])
     assert refusal["events"][-1]["raises"]["type"] == "course_lib.paged.OutOfBlocksError", refusal["events"]
     allocations = next(e for e in entries if "check_allocations" in e["key"])
@@ -219,3 +253,29 @@ def test_a_recording_goes_stale_when_code_changes_not_when_prose_does(tmp_path):
     module.write_text('"""Docs rewritten."""\n\ndef f(x):\n    return 3 * x\n')
     stale = [str(difference) for difference in stale_fixtures(tmp_path, [lab])]
     assert len(stale) == 1 and "course_lib/toy.py changed" in stale[0], stale
+
+
+def test_a_divergence_says_what_the_reference_did_there(replayed):
+    _, replay, _ = replayed
+    assert replay[10] == "passed"
+    # Allocating without asking first: the reference asked can_allocate at that point, and got True.
+    assert replay[11].startswith("OffTheRecord: this visible test cannot follow your answer in check_admission: "
+                                 "your answer led it to ask for BlockAllocator.allocate"), replay[11]
+    assert "where at this point the reference answer's run asked for BlockAllocator.can_allocate([0, 1, 2, 3, 4]), " \
+           "which returned True (just after BlockAllocator(4, 4))" in replay[11], replay[11]
+    # Overtaking: after the second request did not fit, the reference asked nothing more.
+    assert "your answer led it to ask for BlockAllocator.can_allocate([0, 1, 2, 3])" in replay[12], replay[12]
+    assert "asked nothing more after BlockAllocator.can_allocate([0, 1, 2, 3, 4, 5, 6, 7, 8]), which returned " \
+           "False" in replay[12], replay[12]
+    assert "hint: your answer takes another path than the reference" in replay[12]
+
+
+def test_a_check_can_put_a_divergence_in_its_own_context():
+    from course_lib.checks.fixtures import OffTheRecord
+
+    error = OffTheRecord("what happened", hint="the generic hint")
+    assert str(error) == "what happened\n  hint: the generic hint"
+    told = error.in_context("scenario so far: a, b", "stop at the first request that does not fit")
+    assert isinstance(told, OffTheRecord)
+    assert str(told) == "what happened\n  scenario so far: a, b\n  hint: stop at the first request that does not fit"
+    assert str(error.in_context("scenario")) == "what happened\n  scenario\n  hint: the generic hint"

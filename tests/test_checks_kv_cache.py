@@ -192,3 +192,20 @@ def test_tokens_through_model_reference_is_the_course_function():
 
     assert (tokens_through_model(1, 100, True), tokens_through_model(1, 100, False)) == (100, 5050)
     assert tokens_through_model(10, 3, False) == 10 + 11 + 12
+
+
+def test_waste_that_assumes_sorted_reservations_fails_the_unsorted_visible_case_with_a_hint():
+    student = _student(_demo_answers("buggy-waste-assumes-sorted"))
+    reservations, pool_slots, request_slots = checks.example_pool()
+    checks.check_waste_breakdown(student["waste_breakdown"], reservations, pool_slots, request_slots)  # sorted: right
+    message = _fails(lambda: checks.check_waste_breakdown(student["waste_breakdown"], reservations[::-1], pool_slots,
+                                                          5), "not listed in order of start")
+    assert "sort it by start" in message
+
+
+def test_kv_cache_bytes_without_an_argument_check_fails_the_visible_value_error_case():
+    student = _student(_demo_answers("buggy-kv-bytes-no-valueerror"))
+    checks.check_kv_cache_bytes(student["kv_cache_bytes"], checks.LLAMA3_8B, 2048, 1, torch.float16)
+    message = _fails(lambda: checks.check_kv_cache_bytes_rejects_bad_lengths(student["kv_cache_bytes"]),
+                     "returned instead of raising ValueError")
+    assert "seq_len=-1" in message

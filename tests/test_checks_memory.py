@@ -257,3 +257,18 @@ def test_students_get_a_model_config_built_for_them(reference):
     config = checks.small_config()
     checks.check_count_parameters(count_parameters, config, True)
     assert seen and seen[0] == config and seen[0] is not config   # a copy built with checks.make, equal in value
+
+
+def test_kv_cache_at_two_bytes_whatever_its_precision_fails_the_int8_case_with_a_hint():
+    buggy = _demo("buggy-kv-cache-always-fp16")
+    checks.check_inference_memory(buggy["inference_memory"], 13_015_864_320, "fp16", checks.LLAMA2_13B, 8, 2048, "fp16")
+    message = _failure(checks.check_inference_memory, buggy["inference_memory"], 6_738_415_616, "fp32",
+                       checks.LLAMA2_7B, 2, 4096, "int8")
+    assert "'kv_cache'" in message and "kv_precision is 'int8'" in message and "2 bytes a number" in message
+
+
+def test_the_visible_smollm2_case_catches_the_query_heads():
+    buggy = _demo("buggy-kv-query-heads")
+    message = _failure(checks.check_inference_memory, buggy["inference_memory"], 134_515_008, "bf16",
+                       checks.smollm2_config(), 4, 1000, "bf16")
+    assert "num_kv_heads = 3, not num_q_heads = 9" in message

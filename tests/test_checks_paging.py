@@ -214,6 +214,18 @@ def test_copy_on_write_that_keeps_the_shared_block_is_reported_without_a_nonsens
             new_block = self.free_blocks.popleft()
             self.ref_counts[new_block] = 1
             copy = (shared, new_block)""")
-    message = _fails(lambda: checks.check_fork_and_copy_on_write(cls), "still ends with it")
-    assert "a block taken from the free list" in message
+    message = _fails(lambda: checks.check_fork_and_copy_on_write(cls), "still ends with block 1, the shared one")
+    # What is expected comes from the reference (its copy pair), never from the student's unchanged table.
+    assert "expected: \"(1, 2) in the reference's block ids" in message, message
     assert not re.search(r"expected: .*\((\d+), \1\)", message), message
+
+
+def test_copy_on_write_that_keeps_a_reference_to_the_shared_block_is_told_about_the_leaked_count():
+    # The child gets its private copy, but the shared block keeps the child's reference: the parent's
+    # last block still looks shared, and its next append copies it although nobody else holds it.
+    cls = _edited("""            self.ref_counts[shared] -= 1
+""", "")
+    message = _fails(lambda: checks.check_fork_and_copy_on_write(cls), "in the reference this sequence's last block")
+    assert "append_slot('parent') returned a copy" in message
+    assert "expected: None" in message
+    assert "a reference count was never decreased" in message and "ref count - 1" in message

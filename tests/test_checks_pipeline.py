@@ -142,6 +142,21 @@ def test_move_that_lets_finished_requests_run_again_fails():
         checks.check_move_all_pairs(move)
 
 
+def test_move_that_lets_any_unfinished_request_finish_fails_the_visible_pairs_with_the_arrows():
+    buggy = _student(_demo_answers("buggy-move-unfinished-may-finish"))
+    visible = [(RequestStatus.WAITING, RequestStatus.RUNNING), (RequestStatus.RUNNING, RequestStatus.PREEMPTED),
+               (RequestStatus.RUNNING, RequestStatus.FINISHED_LENGTH), (RequestStatus.FINISHED_LENGTH,
+               RequestStatus.RUNNING), (RequestStatus.WAITING, RequestStatus.PREEMPTED),
+               (RequestStatus.PREEMPTED, RequestStatus.WAITING)]
+    for old, new in visible:   # the moves named one by one all come out right...
+        checks.check_move(buggy["move"], old, new)
+    with pytest.raises(CheckFailed) as failure:   # ...every pair does not
+        checks.check_move_all_pairs(buggy["move"])
+    message = str(failure.value)
+    assert "WAITING -> FINISHED_STOPPED is not a legal move" in message
+    assert "the arrows from WAITING go to RUNNING, FINISHED_ABORTED and nowhere else" in message
+
+
 def test_move_that_assigns_before_checking_fails():
     def move(request, new_status):
         old, request.status = request.status, new_status

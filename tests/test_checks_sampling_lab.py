@@ -216,3 +216,15 @@ def test_temperature_zero_must_raise_the_documented_value_error(reference):
 
     with pytest.raises(CheckFailed, match="raised AssertionError; the documented error is ValueError"):
         checks.check_apply_temperature(asserts, checks.random_logits(seed=0), 0)
+
+
+def test_demo_top_k_that_keeps_exactly_k_fails_the_visible_tie_with_a_hint():
+    answers = runpy.run_path(str(DEMO_SPECS / "buggy-top-k-exactly-k.py"))["ANSWERS"]
+    namespace = {"torch": torch}
+    exec(answers["temperature_top_k"], namespace)
+    worked = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    checks.check_top_k_filter(namespace["top_k_filter"], worked, 3)   # no tie: right
+    with pytest.raises(CheckFailed) as failure:
+        checks.check_top_k_filter(namespace["top_k_filter"], torch.tensor([[3.0, 1.0, 1.0, 0.0]]), 2)
+    message = str(failure.value)
+    assert "expected: [0, 1, 2]" in message and "ties at the k-th place all stay" in message

@@ -317,3 +317,23 @@ def test_a_locked_lab_keeps_smollm2s_tokenizer_and_refuses_custom_merges(monkeyp
     custom = BPETokenizer([vocab[token_id] for token_id in range(len(vocab))], merges)
     with pytest.raises(NotImplementedError, match="Lab 0.1 chapter 1"):
         custom.encode("aaa")
+
+
+def test_int4_by_integer_division_fails_the_visible_int4_case_with_a_hint():
+    buggy = _student(_demo_answers("buggy-int4-floor-division"))
+    for precision in ("fp32", "fp16", "int8"):
+        checks.check_bytes_per_element(buggy["bytes_per_element"], precision)   # whole bytes: right
+    message = _failure(checks.check_bytes_per_element, buggy["bytes_per_element"], "int4")
+    assert "expected: 0.5" in message and "got:      0" in message
+    assert "integer division (//)" in message
+
+
+def test_ties_broken_by_first_occurrence_are_told_the_tie_rule():
+    # A trainer that takes the first most frequent pair in the order pairs occur (dict order), not the
+    # smallest: "aaabdaaabac" 262 meets a tie at merge 1 (Za and ab, twice each).
+    source = _answer_sources()["train_bpe"].replace("best = min(counts, key=lambda pair: (-counts[pair], pair))",
+                                                    "best = max(counts, key=counts.get)")
+    assert source != _answer_sources()["train_bpe"]
+    buggy = _student({"train_bpe": source})
+    message = _failure(checks.check_train_bpe, buggy["train_bpe"], "aaabdaaabac", 262)
+    assert "merge number 1" in message and "a tie" in message and "(97, 98) < (256, 97)" in message

@@ -28,7 +28,7 @@ from autograde.intake import NOT_GRADED, take_in
 from autograde.layout import GradingError
 from autograde.unpack import MAX_FILE_BYTES, UnpackError, read_zip
 from course_lib.cli import STUDENT_COMMANDS, main
-from course_lib.handin.check import (FAILED, HIDDEN_ONLY, NOT_ATTEMPTED, PASSED, SKIPPED_GPU, check_notebook,
+from course_lib.handin.check import (BLOCKED, FAILED, HIDDEN_ONLY, NOT_ATTEMPTED, PASSED, SKIPPED_GPU, check_notebook,
                                      inspect_file)
 from course_lib.handin.manifest import release_manifest
 from course_lib.handin.submit import SubmitError, plan_hand_in, write_folder, write_zip
@@ -600,3 +600,123 @@ def test_the_kit_ships_the_manifest_the_student_commands_and_says_how_to_hand_in
                                text=True, env={**os.environ, "PYTHONPATH": str(kit)}, cwd=tmp_path, timeout=120)
         assert shown.returncode == 0 and "course grade" not in shown.stdout, shown.stdout
     assert "labs/lab01-text-to-tensors/01_tokenization.ipynb" in shown.stdout or "lab01-text-to-tensors" in shown.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# course check on a chapter that runs an earlier chapter's answers (answers_from)
+# --------------------------------------------------------------------------------------------
+
+CHAPTERS_LAB = "lab00-chapters"
+
+
+def _second_chapter():
+    return a.notebook([
+        a.markdown("# Chapter 2 of the fixture: it runs chapter 1's halve"),
+        a.code('''
+            from course_lib.chapters import answers_from
+
+            chapter1 = answers_from("ch1")
+            halve = chapter1.halve
+        '''),
+        a.answer("triple", '''
+            def triple(x):
+                ### BEGIN SOLUTION
+                return 3 * x
+                ### END SOLUTION
+        '''),
+        a.tests("test_triple", 1, '''
+            assert triple(2) == 6, "triple(2) should be 6"
+        '''),
+        a.tests("test_halve_here", 1, '''
+            assert halve(8) == 4, "halve(8) should be 4"
+        '''),
+        a.code('''
+            results = []
+            for n in (4, 8):
+                results.append(halve(halve(n)))
+            print(results)
+        '''),
+        a.code('''
+            print("mean:", sum(results) / len(results))
+        '''),
+    ])
+
+
+@pytest.fixture(scope="module")
+def chapters_course(tmp_path_factory):
+    """lab00-chapters: ch1 (the hand-in fixture's notebook) and ch2, which reads ch1's answers."""
+    root = tmp_path_factory.mktemp("chapters")
+    for name, source in (("ch1", _source_notebook()), ("ch2", _second_chapter())):
+        (root / "solutions" / CHAPTERS_LAB).mkdir(parents=True, exist_ok=True)
+        (root / "labs" / CHAPTERS_LAB).mkdir(parents=True, exist_ok=True)
+        nbformat.write(source, root / "solutions" / CHAPTERS_LAB / f"{name}.ipynb")
+        nbformat.write(_release(source), root / "labs" / CHAPTERS_LAB / f"{name}.ipynb")
+    return root
+
+
+def _chapter_copy(course: Path, folder: Path, name: str, answers: dict[str, str]) -> Path:
+    notebook = nbformat.read(course / "labs" / CHAPTERS_LAB / f"{name}.ipynb", as_version=4)
+    for cell in notebook.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in answers:
+            cell.source = answers[grade_id]
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, folder / f"{name}.ipynb")
+    return folder / f"{name}.ipynb"
+
+
+TRIPLE = "def triple(x):\n    return 3 * x"
+
+
+def test_a_chapter_checked_away_from_its_earlier_chapters_says_so_and_blames_no_answer(chapters_course, tmp_path,
+                                                                                       capsys):
+    manifest = release_manifest(chapters_course / "labs")
+    path = _chapter_copy(chapters_course, tmp_path / "Downloads", "ch2", {"triple": TRIPLE})
+    report = check_notebook(path, manifest=manifest, gpu=False, progress=False)
+    printed = capsys.readouterr().out
+    (note,) = report.notes
+    assert "ch1.ipynb (answers_from), which is not in its folder" in note and f"labs/{CHAPTERS_LAB}/" in note
+    assert "NOTE: this notebook runs your answers of ch1.ipynb" in printed
+    (exercise,) = report.exercises
+    assert exercise.status == BLOCKED and [test.status for test in exercise.tests] == [PASSED, BLOCKED]
+    assert "a knock-on of cell `from course_lib.chapters import answers_from`" in exercise.tests[1].message
+    kinds = [(error.kind, error.ename) for error in report.other_errors]
+    assert kinds == [("an earlier chapter", "ChapterNotFound"), ("knock-on", "NameError"),
+                     ("knock-on", "ZeroDivisionError")], kinds
+    zero = report.other_errors[-1]
+    assert zero.root == "cell `from course_lib.chapters import answers_from`", zero   # the first failed cell
+    assert not any(error.kind == "your answer" for error in report.other_errors)
+    assert report.cells_raised == 4 and f"its {report.cells_run} code cells ran" in printed
+    assert "4 of them raised" in printed and "every cell ran" not in printed
+    assert not report.all_passed
+
+
+def test_a_chapter_checked_before_its_earlier_chapter_is_written_says_so(chapters_course, tmp_path, capsys):
+    manifest = release_manifest(chapters_course / "labs")
+    folder = tmp_path / CHAPTERS_LAB
+    shutil.copy(chapters_course / "labs" / CHAPTERS_LAB / "ch1.ipynb", folder.mkdir() or folder / "ch1.ipynb")
+    path = _chapter_copy(chapters_course, folder, "ch2", {"triple": TRIPLE})
+    report = check_notebook(path, manifest=manifest, gpu=False, progress=False)
+    printed = capsys.readouterr().out
+    (note,) = report.notes
+    assert "runs your `halve` of ch1.ipynb (answers_from), still as released there: write ch1 first" in note
+    (exercise,) = report.exercises
+    assert [test.status for test in exercise.tests] == [PASSED, BLOCKED]
+    assert "needs your `halve` of ch1.ipynb (answer cell 'halve'), not written yet there" in exercise.tests[1].message
+    earlier, knock_on = report.other_errors
+    assert (earlier.kind, earlier.evidence, earlier.chapter) == ("an earlier chapter", "not written", "ch1")
+    assert (knock_on.kind, knock_on.ename, knock_on.root) == ("knock-on", "ZeroDivisionError", "cell `results = []`")
+    assert "raised ZeroDivisionError: division by zero, a knock-on of cell `results = []`, which failed first" in printed
+    assert "3 of them raised" in printed
+
+
+def test_a_chapter_with_its_earlier_chapter_done_runs_clean(chapters_course, tmp_path, capsys):
+    manifest = release_manifest(chapters_course / "labs")
+    folder = tmp_path / "elsewhere"   # a folder of another name: the lab's chapters beside it come along
+    _chapter_copy(chapters_course, folder, "ch1", {"add_one": ADD_ONE, "double": DOUBLE, "square": SQUARE,
+                                                   "halve": HALVE})
+    path = _chapter_copy(chapters_course, folder, "ch2", {"triple": TRIPLE})
+    report = check_notebook(path, manifest=manifest, gpu=False, progress=False)
+    printed = capsys.readouterr().out
+    assert report.notes == [] and report.other_errors == [] and report.all_passed, printed
+    assert "none raised" in printed

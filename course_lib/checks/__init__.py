@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 import reprlib
 import types
 from collections.abc import Iterator, Mapping, Sequence
@@ -78,6 +79,7 @@ __all__ = [
     "smollm2",
     "student_url",
     "one_thread",
+    "where_it_raised",
     "require_gpu",
     "require_own_implementation",
     "short_repr",
@@ -152,7 +154,50 @@ def expect_close(got: float, expected: float, what: str, *, rel: float = 1e-6, a
         fail(f"{what} (tolerance: relative {rel:g}, absolute {abs_:g})", expected=expected, got=got, hint=hint)
 
 
-DEFAULT_CRASH_HINT = "read the traceback above this message; it points at the line in your answer."
+DEFAULT_CRASH_HINT = "look at the line named under where, and at what your code gave it there."
+
+# Where the frames of a notebook's own code come from: a cell run by ipykernel (or an older IPython),
+# or an earlier chapter's answer cell run by course_lib.chapters.answers_from.
+_NOTEBOOK_FILE = re.compile(r"(?:/ipykernel_\d+/\d+\.py|<ipython-input-[^>]*>|<[^<>]*\.ipynb: answer cell '[^']*'>)$")
+_FRAME_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>\S+)\n(?P<code>[^\n]*)',
+                         re.MULTILINE)
+
+
+def where_it_raised(error: BaseException) -> str:
+    """One sentence on where in the student's own code ``error`` was raised, for feedback that shows no
+    traceback (``course check``, the grader's pages): "It raised in your `encode`, line 7 of its cell:
+    `...`". Read from the traceback (the local one, or the one a graded kernel sent along). Not in a
+    hidden check: there the traceback is the student's kernel's word, which could carry the hidden inputs."""
+    if hidden_check():
+        return "(not shown for a hidden check) run the visible tests, and inputs of your own, in JupyterLab."
+    frame = _innermost_notebook_frame(error)
+    if frame is None:
+        return ("It raised outside your notebook's cells (in a library call your answer made): run the test cell in "
+                "JupyterLab, where the traceback under it leads from your answer to that call.")
+    name, line, code, cell = frame
+    where = f"your `{name[:80]}`" if name not in ("<module>", "") else "your cell"
+    origin = f" of {cell[:120]}" if cell else " of its cell"
+    code = code.strip() if len(code.strip()) <= 160 else code.strip()[:157] + "..."
+    return f"It raised in {where}, line {line}{origin}" + (f": `{code}`." if code else ".")
+
+
+def _innermost_notebook_frame(error: BaseException) -> tuple[str, int, str, str] | None:
+    """(function, line, code, which earlier chapter's cell or "") of the innermost frame in notebook code."""
+    import traceback
+
+    frames: list[tuple[str, int, str, str]] = []
+    remote = getattr(error, "remote_traceback", None)
+    if isinstance(remote, str) and remote:
+        for match in _FRAME_LINE.finditer(remote):
+            frames.append((match["file"], int(match["line"]), match["name"], match["code"]))
+    else:
+        frames = [(frame.filename, frame.lineno or 0, frame.name, frame.line or "")
+                  for frame in traceback.extract_tb(error.__traceback__)]
+    for filename, line, name, code in reversed(frames):
+        if _NOTEBOOK_FILE.search(filename):
+            cell = filename.strip("<>") if filename.startswith("<") and ".ipynb" in filename else ""
+            return name, line, code, cell
+    return None
 
 
 def call_student(function: Callable, name: str, /, *args: Any, copy_args: bool = True, show_args: bool = True,
@@ -182,7 +227,8 @@ def call_student(function: Callable, name: str, /, *args: Any, copy_args: bool =
 
 def _crash_feedback(error: Exception, call: str, hints: Mapping[type[BaseException], str] | None) -> CheckFailed:
     message = HIDDEN_VALUE if hidden_check() else error
-    return CheckFailed(f"{call} raised {type(error).__name__}: {message}\n  hint: {_crash_hint(error, hints or {})}")
+    return CheckFailed(f"{call} raised {type(error).__name__}: {message}\n  where: {where_it_raised(error)}\n"
+                       f"  hint: {_crash_hint(error, hints or {})}")
 
 
 def answer_of(result: tuple[str, Any], call: str, *, hints: Mapping[type[BaseException], str] | None = None) -> Any:

@@ -29,7 +29,7 @@ from course_lib import roofline
 from course_lib.checks import call_student, fail, one_thread, register_reference_names, require_own_implementation, share
 from course_lib.checks import short_repr, smollm2
 from course_lib.checks._shared import expect_raises, lend_config
-from course_lib.checks.fixtures import recorded_check, reference
+from course_lib.checks.fixtures import mode, recorded_check, reference
 from course_lib.model import ModelConfig
 
 __all__ = [
@@ -78,34 +78,85 @@ def check_generation_flops(student_generation_flops: Callable, config: ModelConf
         fail(f"{call} must return an int", expected="int", got=got,
              hint="FLOP counts here are whole numbers: use // when halving n * (n + 1).")
     expected = reference_generation_flops(config, num_parameters, prompt_len, new_tokens, use_cache)
+    # The usual mistakes' counts, asked before the comparison where the kit may replay this check (its
+    # recording must hold them); the grader, with the real reference, asks only when an answer is wrong.
+    mistakes = _reference_usual_mistake_counts(config, num_parameters, prompt_len, new_tokens, use_cache) \
+        if mode() != "instructor" else None
     if got_int == expected:
         return
-    if use_cache:
-        tokens_run = prompt_len + new_tokens - 1 if new_tokens else 0
-    else:
-        tokens_run = sum(prompt_len + step for step in range(new_tokens))
-    hint = ("per pass: 2 * num_parameters * (tokens run) + 4 * num_layers * num_q_heads * head_dim * (keys "
-            "attended, summed over the tokens run).")
-    flops_per_key = 4 * config.num_layers * config.num_q_heads * config.head_dim
-    lengths = [prompt_len + step for step in range(new_tokens)]          # n at passes 1 .. T
-    every_pass_one_token = sum(2 * num_parameters + flops_per_key * n for n in lengths)
-    if use_cache and new_tokens and got_int == every_pass_one_token:
-        hint = ("pass 1 is the prefill, not a decode step: even with a cache it runs all prompt_len prompt tokens "
-                "as a whole-sequence pass (2 * N * P + attention over 1 + 2 + ... + P keys). Only passes 2, 3, ... "
-                "run one token.")
-    elif use_cache and new_tokens > 1 and expected - got_int == flops_per_key * (new_tokens - 1):
-        hint = ("a decode pass at sequence length n attends over n keys, the new token's own key included "
-                "(the cache already holds it when attention runs), not n - 1.")
-    elif got_int == 2 * num_parameters * tokens_run:
-        hint = ("the attention term is missing: each token also multiplies its query with every key it sees and "
-                "its probabilities with every value, 4 * num_layers * num_q_heads * head_dim FLOPs per key.")
-    elif not use_cache and got_int > expected:
-        hint = ("causal attention: the token at position j attends over j + 1 keys, so a pass over n tokens "
-                "attends over 1 + 2 + ... + n = n * (n + 1) / 2 keys in total, not n * n.")
-    elif use_cache and got_int < expected:
-        hint = ("with a cache, the new token still attends over *every* cached key (prompt_len + k - 1 of them at "
-                "pass k); the cache saves recomputing keys, not reading them.")
+    if mistakes is None:
+        mistakes = _reference_usual_mistake_counts(config, num_parameters, prompt_len, new_tokens, use_cache)
+    # Two mistakes can give the same count on small inputs: then the hint names both.
+    hint = " Or: ".join(hint for count, hint in zip(mistakes, _MISTAKES) if count == got_int) or _RULE
     fail(call, expected=expected, got=got, hint=hint)
+
+
+def _flops_of_passes(flops_per_key: int, num_parameters: int, lengths: list[int], first_decode: int,
+                     keys_of_whole_pass: Callable[[int], int], keys_of_decode: Callable[[int], int]) -> int:
+    """FLOPs of passes over sequences of ``lengths[i]`` tokens, the passes from index ``first_decode`` on
+    counted as one-token decodes, with the given key counts: the check's model of the usual mistakes (each
+    one changes one of these choices)."""
+    total = 0
+    for index, length in enumerate(lengths):
+        cached_decode = index >= first_decode
+        weights = 2 * num_parameters * (1 if cached_decode else length)
+        total += weights + flops_per_key * (keys_of_decode(length) if cached_decode else keys_of_whole_pass(length))
+    return total
+
+
+def _usual_mistake_counts(config: ModelConfig, num_parameters: int, prompt_len: int, new_tokens: int,
+                          use_cache: bool) -> list[int | None]:
+    """The counts the usual mistakes give, in the order of ``_MISTAKES`` (None: not possible here).
+
+    A reference of the check (wrapped below): it is stubbed in the students' editions, and the kit
+    replays what it returned for the visible inputs."""
+    flops_per_key = 4 * config.num_layers * config.num_q_heads * config.head_dim
+    causal, square, without_self = (lambda n: n * (n + 1) // 2), (lambda n: n * n), (lambda n: n * (n - 1) // 2)
+    itself, before_it, nothing = (lambda n: n), (lambda n: n - 1), (lambda n: 0)
+    lengths = [prompt_len + step for step in range(new_tokens)]
+
+    def count(passes: list[int], *, cache: bool = use_cache, whole=causal, decode=itself, prefill: bool = True) -> int:
+        first_decode = (1 if prefill else 0) if cache else len(passes)
+        return _flops_of_passes(flops_per_key, num_parameters, passes, first_decode, whole, decode)
+
+    return [
+        count([length + 1 for length in lengths]),
+        count(lengths + [prompt_len + new_tokens]) if new_tokens else None,
+        count(lengths[:-1]) if new_tokens else None,
+        count(lengths, whole=without_self),
+        count(lengths, whole=square),
+        count(lengths, decode=before_it) if use_cache else None,
+        count(lengths, prefill=False) if use_cache else None,
+        count(lengths, whole=nothing, decode=nothing),
+        count(lengths, cache=not use_cache),
+    ]
+
+
+_reference_usual_mistake_counts = reference(_usual_mistake_counts)
+
+_MISTAKES = [
+    "every pass is counted one token too long: pass k works on n = prompt_len + k - 1 tokens, so pass 1 runs the "
+    "prompt alone (the first new token does not exist before it), pass 2 the prompt and one new token.",
+    "one pass too many: new_tokens tokens take new_tokens passes (pass 1, the prompt's, already gives the first new "
+    "token), and the last new token is never run through the model.",
+    "one pass too few: pass 1 (the whole prompt) gives the first new token and every later pass one more, so "
+    "new_tokens tokens take exactly new_tokens passes, the prompt's included.",
+    "a token attends over itself too: the token at position j (from 0) sees j + 1 keys, so a whole pass over n "
+    "tokens attends over 1 + 2 + ... + n = n * (n + 1) / 2 keys, not n * (n - 1) / 2.",
+    "causal attention: the token at position j attends over j + 1 keys, so a pass over n tokens attends over "
+    "1 + 2 + ... + n = n * (n + 1) / 2 keys in total, not n * n.",
+    "a decode pass at sequence length n attends over n keys, the new token's own key included (the cache already "
+    "holds it when attention runs), not n - 1.",
+    "pass 1 is the prefill, not a decode step: even with a cache it runs all prompt_len prompt tokens as a "
+    "whole-sequence pass (2 * N * P + attention over 1 + 2 + ... + P keys). Only passes 2, 3, ... run one token.",
+    "the attention term is missing: each token also multiplies its query with every key it sees and its "
+    "probabilities with every value, 4 * num_layers * num_q_heads * head_dim FLOPs per key.",
+    "that is the count for the other value of use_cache: with a cache, only pass 1 runs the whole prompt; "
+    "without one, every pass runs the whole sequence so far.",
+]
+_RULE = ("per pass: 2 * num_parameters * (tokens run) + 4 * num_layers * num_q_heads * head_dim * (keys attended, "
+         "summed over the tokens run); pass k works on n = prompt_len + k - 1 tokens; with a cache, pass 1 runs the "
+         "prompt and every later pass one token attending over n keys.")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -418,10 +418,12 @@ def check_percentile(student_percentile: Callable, values: list[float], q: float
     given = list(values)
     got = call_student(student_percentile, call, given, q, show_args=False)
     expected = reference_percentile(values, q)
-    if _is_number(got) and math.isclose(got, expected, rel_tol=1e-9, abs_tol=1e-12):
-        return
     ordered = sorted(values)
     n = len(ordered)
+    # What q taken as a fraction would give, asked before the comparison (the kit's recording must hold it).
+    as_fraction = reference_percentile(values, min(q * 100, 100)) if n > 1 and q < 1 else None
+    if _is_number(got) and math.isclose(got, expected, rel_tol=1e-9, abs_tol=1e-12):
+        return
     hint = ("sort the values; the q-th percentile sits at rank r = (n - 1) * q / 100: take "
             "v[floor(r)] + (r - floor(r)) * (v[floor(r) + 1] - v[floor(r)]).")
     if _is_number(got):
@@ -429,7 +431,7 @@ def check_percentile(student_percentile: Callable, values: list[float], q: float
         if got in nearest and got != expected:
             hint = (f"that is a nearest-rank value (index from q / 100 * n); this course interpolates at rank "
                     f"(n - 1) * q / 100 = {(n - 1) * q / 100:g}, so the median of [1, 2, 3, 4] is 2.5.")
-        elif n > 1 and math.isclose(got, reference_percentile(values, min(q * 100, 100))) and q < 1:
+        elif as_fraction is not None and math.isclose(got, as_fraction):
             hint = "q is in percent (0..100), not a fraction: the 99th percentile is q = 99."
         elif n > 1 and values != ordered and math.isclose(_unsorted_percentile(values, q), got,
                                                           rel_tol=1e-9, abs_tol=1e-12):

@@ -284,14 +284,22 @@ def check_generate(student_generate: Callable, prompt_ids: list[int], max_new_to
     if not isinstance(got, list) or not all(isinstance(token, int) and not isinstance(token, bool) for token in got):
         fail(f"{call} must return a list of ints (the new token ids)", expected="list[int]",
              got=short_repr(got))
+    eos = real_model.config.eos_token_id
+    expected = None
+    if len(counting.calls) == len(got) + 1:   # one forward call more than tokens: was the last one eos, dropped?
+        expected = _greedy(real_model, prompt_ids, max_new_tokens)
+        if expected and expected[-1] == eos and got == expected[:-1]:
+            fail(f"{call}: your tokens stop right before the end-of-sequence token (id {eos}), which greedy "
+                 f"decoding produced at index {len(expected) - 1}", expected=expected, got=got,
+                 hint="the token that ends generation belongs to the result: append every sampled token first, "
+                      "then stop when it is config.eos_token_id.")
     _check_forward_calls(call, counting, prompt_ids, got)
-    with one_thread(), torch.inference_mode():
-        expected = _reference_greedy_generate(real_model, prompt_ids, max_new_tokens)
+    if expected is None:
+        expected = _greedy(real_model, prompt_ids, max_new_tokens)
     if got == expected:
         return
     index = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
     hint = "greedy: the next token is the argmax of the last row of logits; stop after eos or max_new_tokens."
-    eos = real_model.config.eos_token_id
     if len(got) > len(expected) and got[:len(expected)] == expected and expected[-1] == eos:
         fail(f"{call}: generated {len(got) - len(expected)} tokens past the end-of-sequence token (id {eos}), "
              f"which came at index {len(expected) - 1}", expected=expected, got=got,
@@ -303,6 +311,12 @@ def check_generate(student_generate: Callable, prompt_ids: list[int], max_new_to
     fail(f"{call}: generated tokens differ from greedy decoding with the reference first at index {index} "
          f"(both agree on {got[:index]}; shown from index {index} on)",
          expected=expected[index:], got=got[index:], hint=hint)
+
+
+def _greedy(model: LlamaModel, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+    """The reference's greedy tokens for the prompt (through ``reference``: the kit replays them)."""
+    with one_thread(), torch.inference_mode():
+        return _reference_greedy_generate(model, prompt_ids, max_new_tokens)
 
 
 def _check_forward_calls(call: str, counting: _CountingModel, prompt_ids: list[int], got: list[int]) -> None:

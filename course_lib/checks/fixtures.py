@@ -58,7 +58,20 @@ Wrapped = TypeVar("Wrapped")
 
 
 class OffTheRecord(CheckFailed):
-    """In the student kit: the check needs a reference result that was never recorded."""
+    """In the student kit: the check needs a reference result that was never recorded.
+
+    ``what`` says where the answer left the recorded path and what the reference did there;
+    ``hint`` what to do. A check that knows more about the situation (the scenario so far, the rule
+    at stake) adds it with ``in_context``.
+    """
+
+    def __init__(self, what: str, hint: str = "") -> None:
+        self.what, self.hint = what, hint
+        super().__init__(what + (f"\n  hint: {hint}" if hint else ""))
+
+    def in_context(self, context: str, hint: str | None = None) -> OffTheRecord:
+        """The same divergence, with the check's own account of the situation and (optionally) its hint."""
+        return OffTheRecord(f"{self.what}\n  {context}", hint or self.hint)
 
 
 def mode() -> str:
@@ -367,19 +380,69 @@ def _append_recording(session: _Session) -> None:
 # ---- replay mode --------------------------------------------------------------------------------
 
 
-def _off_the_record(session: _Session, expected: dict | None, got: str) -> OffTheRecord:
-    where = f"in {session.check_name}" if session.check_name else ""
-    if expected is None:
-        recorded = "the reference answer's run of this check asked nothing more"
+def _off_the_record(session: _Session, upcoming: dict | None, got: str) -> OffTheRecord:
+    """The check asked the reference for ``got``; say what the reference answer's run did at this point."""
+    where = f" in {session.check_name.rsplit('.', 1)[-1]}" if session.check_name else ""
+    last = _describe_event(session, session.events[session.position - 1]) if session.position else None
+    if upcoming is not None and last is not None:
+        did = f"at this point the reference answer's run asked for {_describe_event(session, upcoming)} (just after {last})"
+    elif upcoming is not None:
+        did = f"the reference answer's run first asked for {_describe_event(session, upcoming)}"
+    elif last is not None:
+        did = f"the reference answer's run asked nothing more after {last}"
     else:
-        recorded = f"the reference answer's run asked for {expected['target']} at this point"
+        did = "the reference answer's run never needed the reference in this check"
     return OffTheRecord(
-        f"this visible test cannot follow your answer {where}: it needed the reference's result for {got}, "
-        f"but {recorded}.\n"
+        f"this visible test cannot follow your answer{where}: your answer led it to ask for {got}, where {did}.\n"
         "  In the student kit, visible tests compare with results recorded from the course's answer, so they can "
-        "only follow the path that answer took.\n"
-        "  hint: your answer differs from the reference before this point; compare what it returns with the "
-        "worked example above. (Graded runs check everything with the real reference.)")
+        "only follow the path that answer took.",
+        hint="your answer takes another path than the reference's here: compare what your code does at this "
+             "point with what the reference did (above), and with the worked example. (Graded runs check "
+             "everything with the real reference.)")
+
+
+def _target_name(session: _Session, target: str) -> str:
+    """A recorded target as a reader knows it: "BlockAllocator.can_allocate", "train_bpe"."""
+    if target.startswith("#"):
+        number, _, member = target[1:].partition(".")
+        made = next((event["target"] for event in session.events
+                     if event["op"] == "new" and event["result"].get("__obj__") == int(number)), None)
+        owner = made.rsplit(".", 1)[-1] if made else "a reference object"
+        return f"{owner}.{member}"
+    return target.rsplit(".", 1)[-1]
+
+
+def _describe_event(session: _Session, event: dict) -> str:
+    """One recorded interaction: the call with its arguments, and what came of it."""
+    name = _target_name(session, event["target"])
+    if event["op"] == "get":
+        return f"{name} (it was {_short(_safe_decode(event['result'], _Placeholder))})"
+    args, kwargs = _safe_decode(event.get("args", [[], {}]), _Placeholder)
+    shown = [_short(arg) for arg in args] + [f"{key}={_short(value)}" for key, value in kwargs.items()]
+    call = f"{name}({', '.join(shown)})"
+    if "raises" in event:
+        error = event["raises"]
+        return f"{call}, which raised {error.get('type', '?').rsplit('.', 1)[-1]}: {error.get('message', '')}"
+    if event["op"] == "new":
+        return call
+    return f"{call}, which returned {_short(_safe_decode(event['result'], _Placeholder))}"
+
+
+class _Placeholder:
+    """An object of a recording, shown by its number (the replay's objects are not needed to describe it)."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+
+    def __repr__(self) -> str:
+        return f"<object #{self.number}>"
+
+
+def _safe_decode(encoded: Any, make_object: Callable[[int], Any]) -> Any:
+    try:
+        return _Codec().decode(encoded, make_object)
+    except Exception:  # a value this edition cannot rebuild: show it as recorded
+        return encoded
 
 
 class _ReplayedInstance:
@@ -400,7 +463,7 @@ class _ReplayedInstance:
                 return _decode_result(session, session.seen[target])
             if any(event["target"] == target for event in session.events[:session.position]):
                 return functools.partial(_replay, target)  # a method called before: _replay looks it up
-            raise _off_the_record(session, upcoming, f"{self._kind}.{name}")
+            raise _off_the_record(session, upcoming, f"{self._kind.rsplit('.', 1)[-1]}.{name}")
         if upcoming["op"] == "get":
             session.position += 1
             session.seen[target] = upcoming["result"]
@@ -434,8 +497,8 @@ def _replay(target: str, *args: Any, **kwargs: Any) -> Any:
     if event is None or event["target"] != target or not _close(event.get("args"), given):
         if memo_key in session.seen:
             return _decode_result(session, session.seen[memo_key])
-        shown = f"{target}({', '.join(_short(a) for a in args)})"
-        raise _off_the_record(session, event, shown)
+        shown = [_short(arg) for arg in args] + [f"{key}={_short(value)}" for key, value in kwargs.items()]
+        raise _off_the_record(session, event, f"{_target_name(session, target)}({', '.join(shown)})")
     session.position += 1
     if "raises" in event:
         raise _recorded_exception(event["raises"])

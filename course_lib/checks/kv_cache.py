@@ -165,8 +165,9 @@ def check_kv_cache_bytes(student_fn: Callable, config: ConfigSizes, seq_len: int
     require_own_implementation(student_fn, "kv_cache_bytes")
     got = call_student(student_fn, "kv_cache_bytes", _lend(config), seq_len, batch_size, dtype, copy_args=False)
     expected = _reference_kv_cache_bytes(_as_model_config(config), seq_len, batch_size, dtype)
+    # Asked on every run, right or wrong, so that the kit's recording holds it for the hint below.
+    per_token = _reference_kv_cache_bytes_per_token(_as_model_config(config), dtype)
     if got != expected or isinstance(got, bool):
-        per_token = _reference_kv_cache_bytes_per_token(_as_model_config(config), dtype)
         fail(f"kv_cache_bytes({_config_name(config)}, seq_len={seq_len}, batch_size={batch_size}, {dtype})",
              expected=expected, got=got, hint=_size_hint(got, expected, config, per_token))
 
@@ -305,12 +306,20 @@ def _check_waste_breakdown(student_fn: Callable, reservations: list[Reservation]
         fail(f"{call}: missing keys", expected=sorted(kinds), got=sorted(got),
              hint="return a dict with the keys used, reserved_unused, internal, free, external.")
     expected = _reference_waste_breakdown(reservations, pool_slots, request_slots)
+    starts = [reservation.start for reservation in reservations]
     for kind in expected:
         if got[kind] != expected[kind]:
             shown = ", ".join(f"(start={r.start}, size={r.size}, num_tokens={r.num_tokens}, final_len={r.final_len})"
                               for r in reservations[:6])
+            hint = _waste_hint(kind, got, expected)
+            if kind in ("free", "external") and starts != sorted(starts):
+                hint = (f"these reservations are not listed in order of start (starts {starts[:6]}"
+                        f"{' ...' if len(starts) > 6 else ''}): the list comes in any order, so sort it by start "
+                        "(sorted(reservations, key=lambda r: r.start)) before measuring the holes between "
+                        "neighbours; a hole measured between two reservations out of order comes out negative. "
+                        + hint)
             fail(f"{call}: wrong count for {kind!r}; reservations: {shown}{' ...' if len(reservations) > 6 else ''}",
-                 expected=expected[kind], got=got[kind], hint=_waste_hint(kind, got, expected))
+                 expected=expected[kind], got=got[kind], hint=hint)
 
 
 @recorded_check

@@ -317,9 +317,19 @@ def check_inference_memory(student_inference_memory: Callable, num_parameters: i
             "times seq_len tokens times batch_size sequences.")
     if _is_number(value) and wanted:
         ratio = float(value) / wanted
+        fixed_fp16 = 2 / BYTES_PER_ELEMENT[kv_precision]   # the ratio of a cache always at 2 bytes a number
         if math.isclose(ratio, config.num_q_heads / config.num_kv_heads) and config.num_q_heads != config.num_kv_heads:
             hint = (f"only the KV heads are cached: num_kv_heads = {config.num_kv_heads}, not num_q_heads = "
                     f"{config.num_q_heads} (grouped-query attention).")
+        elif math.isclose(ratio, fixed_fp16) and math.isclose(ratio, 0.5):
+            hint = (f"half the expected size: either the factor 2 (a key *and* a value per token, layer and KV head) "
+                    f"is missing, or the cache was counted at 2 bytes a number instead of kv_precision's "
+                    f"{BYTES_PER_ELEMENT[kv_precision]:g} ({kv_precision!r}).")
+        elif math.isclose(ratio, fixed_fp16) and ratio != 1 and not math.isclose(
+                ratio, BYTES_PER_ELEMENT[precision] / BYTES_PER_ELEMENT[kv_precision]):
+            hint = (f"the cache was counted at 2 bytes a number (fp16), but kv_precision is {kv_precision!r}: "
+                    f"{BYTES_PER_ELEMENT[kv_precision]:g} bytes a number. Look the cache's bytes per element up "
+                    "with kv_precision, like the weights' with precision.")
         elif math.isclose(ratio, 0.5):
             hint = "the cache holds a key *and* a value per token, layer and KV head: multiply by 2."
         elif math.isclose(ratio, 1 / config.num_layers) and config.num_layers > 1:

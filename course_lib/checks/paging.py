@@ -29,6 +29,7 @@ from typing import Any
 
 from course_lib.checks import (
     CheckFailed,
+    where_it_raised,
     call_methods,
     call_student,
     fail,
@@ -133,7 +134,7 @@ class _Mirror:
         elif error is not None:
             raise CheckFailed(
                 f"{_describe(operation, args)} raised {type(error).__name__}: {error}\n  {self._where()}\n"
-                "  hint: the reference does this operation without an error; read the traceback above."
+                f"  hint: the reference does this operation without an error. {where_it_raised(error)}"
             ) from error
         else:
             self._compare_result(operation, args, expected, got, table_before)
@@ -218,29 +219,37 @@ class _Mirror:
             self._compare_slot(call, got, args)
 
     def _compare_copy(self, call: str, expected: Any, got: Any, table_before: list[int], seq_id: Any) -> None:
+        """append_slot's copy pair. What it should be comes from the reference (its own block ids, which may
+        differ from yours); your block table only describes what your allocator did."""
         if expected is None:
             if got is not None:
-                self._fail(f"{call} returned a copy although the last block is not shared", expected=None, got=got,
-                           hint="return (src, dst) only when the last block was shared and you gave this sequence a "
-                                "private copy; otherwise return None.")
+                self._fail(f"{call} returned a copy {short_repr(got)}, but in the reference this sequence's last block "
+                           "is its own now (no other sequence holds it), so nothing is copied", expected=None, got=got,
+                           hint="if your allocator still thinks that block is shared, a reference count was never "
+                                "decreased: when append_slot gives a sequence a private copy, the shared block it "
+                                "leaves loses one reference (ref count - 1), and free drops one reference from every "
+                                "block of the sequence. Return (src, dst) only when you really copied.")
             return
-        table_after = self._student_table(seq_id)
-        wanted = (table_before[-1], table_after[-1])
+        wanted = f"{tuple(expected)} in the reference's block ids: (its shared last block, the free block it copies into)"
         if got is None:
-            self._fail(f"{call} must return (src, dst): the last block is shared with another sequence",
-                       expected=wanted, got=None,
+            self._fail(f"{call} must return (src, dst): the last block is shared with another sequence", expected=wanted,
+                       got=None,
                        hint="copy-on-write: the sequence is about to write into a block another sequence still "
                             "reads; take a free block, put it in place of the shared one, drop one reference to "
                             "the shared block, and return (shared block, new block).")
-        if wanted[0] == wanted[1]:
-            self._fail(f"{call}: the last block {wanted[0]} is shared, yet your block table still ends with it "
-                       "after the append", expected=f"({wanted[0]}, a block taken from the free list)", got=got,
+        table_after = self._student_table(seq_id)
+        if not isinstance(got, tuple) or len(got) != 2:
+            self._fail(f"{call} must return a pair (src, dst) of block ids", expected=wanted, got=got,
+                       hint="return a tuple (shared block, new block).")
+        if table_after[-1] == table_before[-1]:
+            self._fail(f"{call} returned {short_repr(got)}, but your block table still ends with block "
+                       f"{table_before[-1]}, the shared one", expected=wanted, got=got,
                        hint="copy-on-write: take a free block and put it in place of the shared one at the END of "
                             "this sequence's block table, then return (shared block, new block).")
-        if not isinstance(got, tuple) or tuple(got) != wanted:
-            self._fail(f"{call}: the copy pair must be (old last block, new last block) of the sequence",
-                       expected=f"(old last, new last) = {wanted}", got=got,
-                       hint="the new block replaces the shared one at the END of this sequence's block table.")
+        if tuple(got) != (table_before[-1], table_after[-1]):
+            self._fail(f"{call}: the copy pair must name the block your table ended with and the one that replaced "
+                       f"it (your table went from ...{table_before[-1:]} to ...{table_after[-1:]})", expected=wanted,
+                       got=got, hint="return (old last block, new last block) of this sequence's block table.")
 
     def _compare_slot(self, call: str, got: Any, args: tuple) -> None:
         seq_id, position = args

@@ -36,7 +36,7 @@ from course_lib.checks import (
     short_repr,
     smollm2,
 )
-from course_lib.checks.fixtures import recorded_check, reference
+from course_lib.checks.fixtures import OffTheRecord, recorded_check, reference
 from course_lib.paged import BlockAllocator, OutOfBlocksError
 from course_lib.scheduler import Request, RequestStatus, SchedulerConfig, is_legal_transition
 from course_lib.scheduler import Scheduler as ReferenceScheduler
@@ -133,21 +133,34 @@ def _try_move(move: Callable, old: RequestStatus, new: RequestStatus) -> tuple[b
 def check_move(move: Callable, old: RequestStatus, new: RequestStatus) -> None:
     """``move(request, new)`` from status ``old``: a legal move sets the status, an illegal one raises ValueError."""
     require_own_implementation(move, "move")
-    _check_one_move(move, old, new)
+    _check_one_move(move, old, new, _legal_targets(old))
 
 
-def _check_one_move(move: Callable, old: RequestStatus, new: RequestStatus) -> None:
+def _legal_targets(old: RequestStatus) -> list[RequestStatus]:
+    """The states the reference's diagram lets a request in ``old`` move to (asked before any comparison, so
+    a failure's message in the kit comes from the recording)."""
+    return [new for new in RequestStatus if _reference_is_legal(old, new)]
+
+
+def _arrows(old: RequestStatus, targets: list[RequestStatus]) -> str:
+    if not targets:
+        return f"no arrow leaves {old.name}: a finished request never moves again"
+    return f"the arrows from {old.name} go to {', '.join(target.name for target in targets)} and nowhere else"
+
+
+def _check_one_move(move: Callable, old: RequestStatus, new: RequestStatus, targets: list[RequestStatus]) -> None:
     raised, after, other = _try_move(move, old, new)
-    legal = _reference_is_legal(old, new)
+    legal = new in targets
     where = f"move(request, {new.name}) on a request in state {old.name}"
     if other is not None:
-        fail(f"{where} raised {type(other).__name__}: {other}", expected="ValueError for an illegal move",
-             got=type(other).__name__, hint="signal an illegal move with raise ValueError(...), nothing else.")
+        fail(f"{where} raised {type(other).__name__}: {other}",
+             expected=new.name if legal else "ValueError (an illegal move)", got=type(other).__name__,
+             hint="signal an illegal move with raise ValueError(...), nothing else; " + _arrows(old, targets) + ".")
     if legal:
         if raised:
             fail(f"{where} raised ValueError, but {old.name} -> {new.name} is a legal move.",
                  expected=new.name, got="ValueError",
-                 hint="look at the diagram of section 1 again: which arrows leave " + old.name + "?")
+                 hint=f"look at the diagram of section 1 again: {_arrows(old, targets)}.")
         if after is not new:
             fail(f"{where}: the status did not change.", expected=new.name, got=after.name,
                  hint="after checking, set request.status = new_status.")
@@ -155,7 +168,8 @@ def _check_one_move(move: Callable, old: RequestStatus, new: RequestStatus) -> N
         if not raised:
             fail(f"{where} should raise ValueError: {old.name} -> {new.name} is not a legal move.",
                  expected="ValueError", got=f"no error, status now {after.name}",
-                 hint="finished requests never move again, and a waiting request can only start running or be cancelled.")
+                 hint=f"{_arrows(old, targets)} (see the diagram of section 1); every other move is a scheduler "
+                      "bug, and move must refuse it.")
         if after is not old:
             fail(f"{where} raised ValueError but changed the status anyway.", expected=old.name, got=after.name,
                  hint="check first, then assign: an illegal move must leave the request as it was.")
@@ -163,11 +177,12 @@ def _check_one_move(move: Callable, old: RequestStatus, new: RequestStatus) -> N
 
 @recorded_check
 def check_move_all_pairs(move: Callable) -> None:
-    """Every (old, new) pair of states, legal and illegal."""
+    """Every (old, new) pair of states, legal and illegal: the diagram's arrows and nothing else."""
     require_own_implementation(move, "move")
+    arrows = {old: _legal_targets(old) for old in RequestStatus}
     for old in RequestStatus:
         for new in RequestStatus:
-            _check_one_move(move, old, new)
+            _check_one_move(move, old, new, arrows[old])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,9 +249,17 @@ class _Harness:
         self.requests: dict[Any, Request] = {}
         self.history: list[str] = []
 
+    def _run(self, method: str, call: str, *args: Any, hint: str = "") -> Any:
+        """The scheduler's ``method(*args)``; in the kit, a path the recording does not know gets the scenario's
+        account (what happened so far, the rule at stake) on top of what the reference did there."""
+        try:
+            return _call(getattr(self.scheduler, method), call, *args, copy_args=False)
+        except OffTheRecord as error:
+            raise error.in_context(f"while your scheduler ran {call} {self.context()}", hint or None) from None
+
     def add(self, request: Request) -> None:
         self.requests[request.request_id] = request
-        _call(self.scheduler.add, f"add({request.request_id!r})", request, copy_args=False)
+        self._run("add", f"add({request.request_id!r})", request)
         self.history.append(f"add {request.request_id} ({request.num_tokens} prompt tokens, "
                             f"max_tokens {request.params.max_tokens})")
 
@@ -244,7 +267,7 @@ class _Harness:
         return f"[{self.setup}; so far: " + ("; ".join(self.history) or "nothing") + "]"
 
     def schedule(self, expected: list[tuple[Any, int, int, bool]], hint: str) -> Any:
-        output = _call(self.scheduler.schedule, "schedule()", copy_args=False)
+        output = self._run("schedule", "schedule()", hint=hint)
         got = _chunk_summary(output)
         if got != expected:
             fail("schedule() planned the wrong chunks, as (request_id, start, num_tokens, samples) "
@@ -253,7 +276,7 @@ class _Harness:
         return output
 
     def update(self, output: Any, tokens: list[int], expected_finished: list[Any], hint: str) -> None:
-        finished = _call(self.scheduler.update, f"update(output, {tokens})", output, tokens, copy_args=False)
+        finished = self._run("update", f"update(output, {tokens})", output, tokens, hint=hint)
         got = [r.request_id for r in list(finished or [])]
         if sorted(map(str, got)) != sorted(map(str, expected_finished)):
             fail(f"update(output, {tokens}) returned the wrong finished requests " + self.context(),

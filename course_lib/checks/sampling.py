@@ -89,8 +89,11 @@ def _run(function: Callable, name: str, logits: torch.Tensor, value: Any) -> tor
 
 
 def _compare_kept(name: str, call: str, logits: torch.Tensor, got: torch.Tensor, expected: torch.Tensor,
-                  hint: str, ties_may_swap: bool = False) -> None:
-    """Same kept tokens (finite entries) as the reference, row by row; kept logits unchanged; dropped ones -inf."""
+                  hint: str, ties_may_swap: bool = False,
+                  hint_for: Callable[[list[int], list[int]], str | None] | None = None) -> None:
+    """Same kept tokens (finite entries) as the reference, row by row; kept logits unchanged; dropped ones -inf.
+
+    hint_for(expected ids, got ids): a hint for this row's mistake, when it recognizes one (else ``hint``)."""
     for row in range(logits.shape[0]):
         expected_kept = torch.isfinite(expected[row])
         got_kept = got[row] > float("-inf")
@@ -112,7 +115,7 @@ def _compare_kept(name: str, call: str, logits: torch.Tensor, got: torch.Tensor,
         kept_ids = expected_kept.nonzero().flatten().tolist()
         got_ids = got_kept.nonzero().flatten().tolist()
         fail(f"{call}: row {row} keeps the wrong tokens ({len(kept_ids)} expected, {len(got_ids)} kept; "
-             f"ids shown)", expected=kept_ids, got=got_ids, hint=hint)
+             f"ids shown)", expected=kept_ids, got=got_ids, hint=(hint_for and hint_for(kept_ids, got_ids)) or hint)
 
 
 @recorded_check
@@ -141,9 +144,19 @@ def check_top_k_filter(function: Callable, logits: torch.Tensor, top_k: int) -> 
     """The k largest logits of each row survive (every token tied with the k-th too); 0 or k >= vocab: all."""
     got = _run(function, "top_k_filter", logits, top_k)
     expected = _reference_top_k_filter(logits, top_k)
+
+    def tie_hint(expected_ids: list[int], got_ids: list[int]) -> str | None:
+        if len(got_ids) == top_k < len(expected_ids) and set(got_ids) < set(expected_ids):
+            return (f"ties at the k-th place all stay: tokens {expected_ids} all have a logit >= the {top_k}-th largest of "
+                    f"the row, so all {len(expected_ids)} stay, not exactly {top_k}. Compare every logit with the "
+                    "k-th largest VALUE (logits >= torch.topk(...).values[:, -1:]) instead of keeping the k indices "
+                    "torch.topk returns (it picks one of the tied tokens arbitrarily).")
+        return None
+
     _compare_kept("top_k_filter", f"top_k_filter(logits, {top_k})", logits, got, expected,
                   "keep every token whose logit is >= the k-th largest logit of its row (ties at the k-th place all "
-                  "stay); top_k = 0 or top_k >= vocab keeps the row unchanged (torch.topk needs k <= vocab).")
+                  "stay); top_k = 0 or top_k >= vocab keeps the row unchanged (torch.topk needs k <= vocab).",
+                  hint_for=tie_hint)
 
 
 @recorded_check

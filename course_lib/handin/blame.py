@@ -19,6 +19,15 @@ evidence, strongest first:
 A ``NotImplementedError`` raised by the student edition's stubs (the message says "is your
 exercise in ... once Lab X is past due") means the course's own code reached a locked reference:
 that is reported as such, since it is never the student's fault.
+
+Two more causes lie outside the cell and outside this chapter's answers, and are blamed on neither:
+
+- **an earlier chapter** (``answers_from``): its notebook is not beside this one (``ChapterNotFound``),
+  or an answer there is not written yet (a ``NotImplementedError`` from a frame
+  ``<04_paging.ipynb: answer cell '...'>``), or raised (then it is that chapter's answer to fix);
+- **a knock-on** of a cell that failed first (``FailedCells``): a cell that uses a name an earlier
+  failed cell should have defined (``BlockAllocator`` after the cell that reads it failed; a list an
+  experiment left half filled, whose mean is then a ``ZeroDivisionError``) names that first cell.
 """
 
 from __future__ import annotations
@@ -27,13 +36,18 @@ import ast
 import re
 from dataclasses import dataclass
 
-__all__ = ["AnswerCells", "CellError", "blame"]
+__all__ = ["AnswerCells", "CellError", "FailedCells", "blame"]
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 FRAME = re.compile(r"^Cell In\[(\d+)\], line (\d+)(?:, in ([\w.<>]+))?", re.MULTILINE)
+# A frame of an earlier chapter's answer cell, run by course_lib.chapters.answers_from.
+EARLIER_FRAME = re.compile(r"^File <(?P<notebook>[^<>:]+)\.ipynb: answer cell '(?P<answer>[^']*)'>:\d+"
+                           r"(?:, in (?P<function>[\w.<>]+))?", re.MULTILINE)
+MISSING_CHAPTER = re.compile(r"answers_from\('(?P<notebook>[^']+?)(?:\.ipynb)?'\): there is no")
 LIBRARY_STUB = "is your exercise in"   # course_lib.exercises.stub_message
 
 ANSWER, NOT_WRITTEN, LOCKED, EXAMPLE = "your answer", "not written yet", "locked in this kit", "worked example"
+EARLIER, KNOCK_ON = "an earlier chapter", "knock-on"
 
 
 @dataclass
@@ -47,11 +61,25 @@ class CellError:
     answer: str | None = None     # grade_id of the answer cell blamed
     function: str | None = None   # the name of that answer the error came from
     uses: tuple[str, ...] = ()    # answer names the failing cell uses (context for EXAMPLE)
-    evidence: str = ""            # how ANSWER was found: "traceback" or "message"
+    evidence: str = ""            # how ANSWER was found: "traceback" or "message"; for EARLIER: "missing",
+                                  # "not written" or "raised"
+    chapter: str | None = None    # EARLIER: the earlier chapter's notebook (its stem)
+    root: str | None = None       # KNOCK_ON: the cell that failed first
 
     def text(self) -> str:
         message = _short(self.evalue)
         error = f"{self.ename}: {message}" if message else self.ename
+        if self.kind == EARLIER and self.evidence == "missing":
+            return (f"{self.cell} could not read your answers of {self.chapter}.ipynb: that notebook is not in this "
+                    "one's folder")
+        if self.kind == EARLIER and self.evidence == "not written":
+            return (f"{self.cell} needs your `{self.function}` of {self.chapter}.ipynb (answer cell '{self.answer}'), "
+                    "not written yet there")
+        if self.kind == EARLIER:
+            return (f"your `{self.function}` of {self.chapter}.ipynb (answer cell '{self.answer}') raised {error}, in "
+                    f"{self.cell}: fix it in {self.chapter}.ipynb")
+        if self.kind == KNOCK_ON:
+            return f"{self.cell} raised {error}, a knock-on of {self.root}, which failed first"
         if self.kind == ANSWER and self.evidence == "message":
             return f"{self.cell} raised {error}, which names your `{self.function}` (answer cell '{self.answer}')"
         if self.kind == ANSWER:
@@ -66,7 +94,7 @@ class CellError:
     def to_dict(self) -> dict:
         return {"cell": self.cell, "ename": self.ename, "evalue": self.evalue, "kind": self.kind,
                 "answer": self.answer, "function": self.function, "uses": list(self.uses), "evidence": self.evidence,
-                "text": self.text()}
+                "chapter": self.chapter, "root": self.root, "text": self.text()}
 
 
 def _short(evalue: str, lines: int = 3, width: int = 300) -> str:
@@ -75,10 +103,14 @@ def _short(evalue: str, lines: int = 3, width: int = 300) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def defined_names(source: str) -> list[str]:
-    """Top-level names a cell defines: functions, classes, assigned names (empty on a syntax error)."""
+def defined_names(source: str, *, every_binding: bool = False) -> list[str]:
+    """Top-level names a cell defines: functions, classes, assigned names (empty on a syntax error).
+
+    every_binding: also names bound by top-level loops, ``with ... as``, augmented assignments and tuple
+    targets (what a cell that stops half-way may leave undefined or half made; its imports, done first,
+    are not counted)."""
     try:
-        tree = ast.parse(source)
+        tree = ast.parse(_without_magics(source))
     except SyntaxError:
         return []
     names = []
@@ -88,7 +120,30 @@ def defined_names(source: str) -> list[str]:
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names += [target.id for target in targets if isinstance(target, ast.Name)]
-    return names
+            if every_binding:
+                names += [name.id for target in targets if not isinstance(target, ast.Name)
+                          for name in ast.walk(target) if isinstance(name, ast.Name)]
+        elif every_binding and isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.AugAssign)):
+            names += _bound_by(node)
+    return list(dict.fromkeys(names))
+
+
+def _bound_by(node: ast.AST) -> list[str]:
+    targets = [node.target] if isinstance(node, (ast.For, ast.AsyncFor, ast.AugAssign)) else \
+        [item.optional_vars for item in node.items if item.optional_vars is not None]
+    bound = [name.id for target in targets for name in ast.walk(target) if isinstance(name, ast.Name)]
+    if isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):   # what the body assigns, too
+        inner = "\n".join(ast.unparse(statement) for statement in node.body)
+        bound += defined_names(inner, every_binding=True)
+    return bound
+
+
+def _without_magics(source: str) -> str:
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+
+
+def _uses(source: str, name: str) -> bool:
+    return re.search(rf"(?<![\w.]){re.escape(name)}\b", source) is not None
 
 
 class AnswerCells:
@@ -108,20 +163,76 @@ class AnswerCells:
             self.unchanged.add(grade_id)
 
 
+class FailedCells:
+    """The cells that raised so far, and the names each would have defined: what a later error may be a
+    knock-on of."""
+
+    def __init__(self) -> None:
+        self.cells: list[tuple[str, tuple[str, ...], str]] = []   # (cell, names it binds, the cell that failed first)
+
+    def add(self, cell: str, source: str, blamed: CellError) -> None:
+        root = blamed.root if blamed.kind == KNOCK_ON and blamed.root else cell
+        self.cells.append((cell, tuple(defined_names(source, every_binding=True)), root))
+
+    def ran(self, source: str) -> None:
+        """A cell ran without an error: the names it defines are whole again."""
+        defined = set(defined_names(source))
+        if defined:
+            self.cells = [(cell, tuple(name for name in names if name not in defined), root)
+                          for cell, names, root in self.cells]
+
+    def root_of(self, source: str, ename: str, evalue: str) -> str | None:
+        """The cell that failed first, if this error looks like its knock-on: a NameError for a name it
+        should have defined, or an error in a cell that uses such a name."""
+        missing = re.search(r"name '(\w+)' is not defined", evalue) if ename == "NameError" else None
+        for cell, names, root in self.cells:
+            if missing and missing.group(1) in names:
+                return root
+        for cell, names, root in self.cells:
+            if any(_uses(source, name) for name in names if len(name) > 1):
+                return root
+        return None
+
+
 def _frames(traceback: list[str]) -> list[tuple[int, str | None]]:
     """(execution count, function) of every notebook frame, outermost first."""
     text = ANSI.sub("", "\n".join(traceback))
     return [(int(count), function) for count, _, function in FRAME.findall(text)]
 
 
-def blame(error: dict, cell_name: str, cell_source: str, answers: AnswerCells) -> CellError:
-    """What the error output ``error`` of the cell named ``cell_name`` is blamed on (module docstring)."""
+def _earlier_chapter(ename: str, evalue: str, traceback: list[str]) -> tuple[str, str, str, str] | None:
+    """(chapter, answer cell, function, "missing" | "not written" | "raised") when the error comes from an
+    earlier chapter's notebook read by answers_from; None otherwise."""
+    missing = MISSING_CHAPTER.search(evalue) if ename == "ChapterNotFound" else None
+    if missing:
+        return missing["notebook"], "", "", "missing"
+    frames = list(EARLIER_FRAME.finditer(ANSI.sub("", "\n".join(traceback))))
+    if not frames:
+        return None
+    innermost = frames[-1]
+    function = innermost["function"] or innermost["answer"]
+    how = "not written" if ename == "NotImplementedError" else "raised"
+    return innermost["notebook"], innermost["answer"], function, how
+
+
+def blame(error: dict, cell_name: str, cell_source: str, answers: AnswerCells,
+          failed: FailedCells | None = None) -> CellError:
+    """What the error output ``error`` of the cell named ``cell_name`` is blamed on (module docstring).
+
+    failed: the cells that raised before this one, for knock-ons (none: no cell is taken for one)."""
     ename, evalue = str(error.get("ename", "Error")), str(error.get("evalue", ""))
     uses = tuple(name for name in answers.names if re.search(rf"\b{re.escape(name)}\b", cell_source))
     if LIBRARY_STUB in evalue:
         return CellError(cell_name, ename, evalue, LOCKED, uses=uses)
-    in_answers = [(count, function) for count, function in _frames(error.get("traceback") or [])
-                  if count in answers.by_count]
+    traceback = error.get("traceback") or []
+    earlier = _earlier_chapter(ename, evalue, traceback)
+    if earlier is not None:
+        chapter, answer, function, how = earlier
+        return CellError(cell_name, ename, evalue, EARLIER, answer or None, function or None, uses, how, chapter)
+    in_answers = [(count, function) for count, function in _frames(traceback) if count in answers.by_count]
+    root = failed.root_of(cell_source, ename, evalue) if failed is not None else None
+    if root is not None and (ename == "NameError" or not in_answers):
+        return CellError(cell_name, ename, evalue, KNOCK_ON, uses=uses, root=root)
     if in_answers:
         count, function = in_answers[-1]
         grade_id = answers.by_count[count]

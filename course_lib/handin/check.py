@@ -21,6 +21,12 @@ message shows one (``blame``): "your `pack_kv` (answer cell 'pack_kv') raised Na
 `prefill = ...`" fails that exercise even though its visible tests passed, since the grader runs
 the same cell. Cells are named by their first line (``grading.notebooks.cell_label``).
 
+A chapter that runs an earlier chapter's answers (``answers_from``) is checked with them: a note at
+the top says when that notebook is not beside this one (a copy checked outside ``labs/<lab>/``) or
+still has answers as released, and the cells that fail for that reason, test cells included,
+*could not run*: they are blamed on no answer of this chapter. An error that follows from a cell
+that failed first (a name it should have defined) is a knock-on and names that cell.
+
 ``check_notebook(path)`` does both and prints the report; it is also what a notebook cell calls
 (``from course_lib.handin import check_notebook; check_notebook("04_paging.ipynb")``). Visible
 tests pass or fail exactly as in JupyterLab; the grader also runs hidden tests with other inputs.
@@ -29,6 +35,7 @@ tests pass or fail exactly as in JupyterLab; the grader also runs hidden tests w
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -37,7 +44,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
-from course_lib.handin.blame import ANSWER, EXAMPLE, LOCKED, NOT_WRITTEN, AnswerCells, CellError, blame
+from course_lib.handin.blame import (
+    ANSWER,
+    EARLIER,
+    EXAMPLE,
+    KNOCK_ON,
+    LOCKED,
+    NOT_WRITTEN,
+    AnswerCells,
+    CellError,
+    FailedCells,
+    blame,
+    defined_names,
+)
 from course_lib.handin.manifest import NotebookCell, load_manifest
 
 __all__ = ["CheckReport", "ExerciseResult", "FileCheck", "TestCellResult", "Totals", "check_notebook",
@@ -47,9 +66,9 @@ __all__ = ["CheckReport", "ExerciseResult", "FileCheck", "TestCellResult", "Tota
 # start a check of its own (which would run the notebook again, and again...).
 INSIDE_CHECK = "COURSE_CHECK_RUNNING"
 
-PASSED, FAILED, NOT_ATTEMPTED, SKIPPED_GPU, NOT_RUN, NO_TESTS, HIDDEN_ONLY = (
+PASSED, FAILED, NOT_ATTEMPTED, SKIPPED_GPU, NOT_RUN, NO_TESTS, HIDDEN_ONLY, BLOCKED = (
     "passed", "failed", "not attempted", "skipped: needs a GPU", "not run", "no test cell of its own",
-    "graded later with hidden inputs")
+    "graded later with hidden inputs", "could not run")
 
 
 @dataclass(frozen=True)
@@ -136,6 +155,9 @@ class CheckReport:
     seconds: float = 0.0
     ran: bool = False
     note: str = ""
+    notes: list[str] = field(default_factory=list)   # one line each: why some cells could not run
+    cells_run: int = 0
+    cells_raised: int = 0
 
     @property
     def ready(self) -> bool:
@@ -163,6 +185,7 @@ class CheckReport:
         return {
             "path": str(self.path), "lab": self.lab, "notebook": self.notebook, "ran": self.ran,
             "ready": self.ready, "all_passed": self.all_passed, "seconds": round(self.seconds, 2), "note": self.note,
+            "notes": list(self.notes), "cells_run": self.cells_run, "cells_raised": self.cells_raised,
             "totals": {"passed": totals.passed, "visible": totals.visible, "hidden_only": totals.hidden_only,
                        "needs_gpu": totals.needs_gpu},
             "file_checks": [{"ok": c.ok, "what": c.what, "detail": c.detail} for c in self.file_checks],
@@ -297,7 +320,8 @@ class _Outcome:
     ename: str = ""
 
 
-def _test_outcome(outputs: list[dict], visible: bool, cell_name: str, source: str, answers: AnswerCells) -> _Outcome:
+def _test_outcome(outputs: list[dict], visible: bool, cell_name: str, source: str, answers: AnswerCells,
+                  failed: FailedCells | None = None) -> _Outcome:
     errors = _error_outputs(outputs)
     if not errors:
         return _Outcome(PASSED if visible else HIDDEN_ONLY)
@@ -305,29 +329,83 @@ def _test_outcome(outputs: list[dict], visible: bool, cell_name: str, source: st
     ename, evalue = error.get("ename", "Error"), str(error.get("evalue", "")).strip()
     if ename == "NeedsGPU":
         return _Outcome(SKIPPED_GPU, evalue, ename)
+    blamed = None if ename in ("CheckFailed", "AssertionError", "OffTheRecord") else \
+        blame(error, cell_name, source, answers, failed)
+    if blamed is not None and blamed.kind in (EARLIER, KNOCK_ON):   # not this chapter's answers: it could not run
+        return _Outcome(BLOCKED, blamed.text(), ename)
     if ename == "NotImplementedError":
         return _Outcome(NOT_ATTEMPTED, f"NotImplementedError{': ' + evalue if evalue else ''}", ename)
     message = f"{ename}: {evalue}" if evalue else ename
-    if ename not in ("CheckFailed", "AssertionError"):   # a crash, not a verdict: say whose code it came from
-        blamed = blame(error, cell_name, source, answers)
-        if blamed.kind == ANSWER and blamed.evidence == "traceback":
-            message += f"\n(raised in your `{blamed.function}`, answer cell '{blamed.answer}')"
+    if blamed is not None and blamed.kind == ANSWER and blamed.evidence == "traceback":   # a crash: whose code
+        message += f"\n(raised in your `{blamed.function}`, answer cell '{blamed.answer}')"
     return _Outcome(FAILED, message, ename)
 
 
-def _workdir(path: Path, lab: str | None, scratch: Path) -> Path:
+def _workdir(path: Path, lab: str | None, scratch: Path, chapters: tuple[str, ...] = ()) -> Path:
     """A scratch copy of the notebook's lab folder: its files and the lab's other saved notebooks.
 
     The other notebooks come along because a later chapter imports an earlier chapter's answers from
     its saved file (``course_lib.chapters.answers_from``), as it does in JupyterLab and when graded.
+    A notebook in a folder of another name gets the lab's chapters found beside it (``chapters``:
+    their stems), and nothing else of that folder.
     """
     workdir = scratch / (lab or "notebook")
-    if lab is not None and path.resolve().parent.name == lab:
-        shutil.copytree(path.resolve().parent, workdir, symlinks=False,
+    folder = path.resolve().parent
+    if lab is not None and folder.name == lab:
+        shutil.copytree(folder, workdir, symlinks=False,
                         ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", ".*"))
     else:
         workdir.mkdir()
+        for chapter in chapters:
+            sibling = folder / f"{chapter}.ipynb"
+            if sibling.is_file() and sibling.resolve() != path.resolve():
+                shutil.copyfile(sibling, workdir / sibling.name)
     return workdir
+
+
+ANSWERS_FROM = re.compile(r"""answers_from\(\s*["'](?P<chapter>[^"']+?)(?:\.ipynb)?["']""")
+
+
+def earlier_chapter_notes(path: Path, notebook, lab: str | None, manifest: dict) -> list[str]:
+    """One line for each earlier chapter this notebook reads with ``answers_from`` that cannot give it what
+    it needs: not beside it, or with answers still as released there."""
+    from nbgrader.utils import compute_checksum
+
+    from course_lib.handin.notebooks import MalformedNotebook, nbgrader_meta, read_notebook
+
+    wanted = dict.fromkeys(match["chapter"] for cell in notebook.cells if cell.cell_type == "code"
+                           for match in ANSWERS_FROM.finditer(cell.source))
+    release = manifest.get(lab, {}) if lab else {}
+    notes = []
+    for chapter in wanted:
+        beside = path.resolve().parent / f"{chapter}.ipynb"
+        if not beside.is_file():
+            where = f"labs/{lab}/" if lab else "the lab's folder"
+            notes.append(f"this notebook runs your answers of {chapter}.ipynb (answers_from), which is not in its "
+                         f"folder ({path.resolve().parent}): check it in {where}, beside its earlier chapters. Cells "
+                         "that need those answers could not run here, and no answer of this chapter is blamed for "
+                         "them.")
+            continue
+        released = {cell["grade_id"]: cell.get("checksum") for cell in release.get(chapter, []) if cell["kind"] == "answer"}
+        try:
+            earlier = read_notebook(beside)
+        except MalformedNotebook:
+            notes.append(f"this notebook runs your answers of {chapter}.ipynb (answers_from), which is not a readable "
+                         "notebook: open it in JupyterLab and save it again.")
+            continue
+        unwritten = [cell for cell in earlier.cells if nbgrader_meta(cell).get("solution")
+                     and not nbgrader_meta(cell).get("grade")
+                     and released.get(nbgrader_meta(cell).get("grade_id")) == compute_checksum(cell)]
+        names = [name for cell in unwritten for name in defined_names(cell.source)]
+        used = [name for name in names if any(re.search(rf"\b{re.escape(name)}\b", cell.source)
+                                              for cell in notebook.cells if cell.cell_type == "code")]
+        names = used or names
+        if names:
+            shown = ", ".join(f"`{name}`" for name in names[:4]) + (" ..." if len(names) > 4 else "")
+            notes.append(f"this notebook runs your {shown} of {chapter}.ipynb (answers_from), still as released there: "
+                         f"write {chapter} first. Cells that need it could not run here, and no answer of this chapter "
+                         "is blamed for them.")
+    return notes
 
 
 @dataclass
@@ -337,6 +415,8 @@ class VisibleRun:
     results: dict[str, _Outcome]
     other_errors: list[CellError]
     seconds: float
+    cells_run: int = 0
+    cells_raised: int = 0
 
 
 def run_visible_tests(path: Path, notebook, release: list[NotebookCell] | None, *, lab: str | None = None,
@@ -363,9 +443,12 @@ def run_visible_tests(path: Path, notebook, release: list[NotebookCell] | None, 
     results: dict[str, _Outcome] = {}
     other_errors: list[CellError] = []
     answers = AnswerCells()
+    failed = FailedCells()
+    raised = 0
     started = time.perf_counter()
+    chapters = tuple(sorted({match["chapter"] for cell in code_cells for match in ANSWERS_FROM.finditer(cell.source)}))
     with tempfile.TemporaryDirectory(prefix="course-check-") as scratch:
-        workdir = _workdir(Path(path), lab, Path(scratch))
+        workdir = _workdir(Path(path), lab, Path(scratch), chapters)
         kernel = StudentKernel(edition=edition, workdir=workdir, gpu=gpu, isolation=Isolation(NONE, "course check"),
                                environment={INSIDE_CHECK: "1"})
         with kernel:
@@ -387,18 +470,24 @@ def run_visible_tests(path: Path, notebook, release: list[NotebookCell] | None, 
                     died = cell_label(cell)
                     reply = {"outputs": [{"output_type": "error", "ename": "KernelDied", "evalue": str(error)}]}
                 outputs = reply["outputs"]
+                errors = _error_outputs(outputs)
+                raised += bool(errors)
                 if meta.get("solution") and not grade_id:
                     checksum = released_answers.get(meta.get("grade_id"))
                     answers.ran(meta.get("grade_id"), source, reply.get("execution_count"),
                                 unchanged=bool(checksum) and compute_checksum(cell) == checksum)
                 if grade_id:
                     results[grade_id] = _test_outcome(outputs, has_visible_checks(source), cell_label(cell), source,
-                                                      answers)
+                                                      answers, failed)
+                elif errors:
+                    blamed = [blame(error, cell_label(cell), source, answers, failed) for error in errors]
+                    other_errors += blamed
+                    failed.add(cell_label(cell), source, blamed[-1])
                 else:
-                    other_errors += [blame(error, cell_label(cell), source, answers) for error in _error_outputs(outputs)]
+                    failed.ran(source)
                 if on_cell:
                     on_cell(done + 1, len(code_cells))
-    return VisibleRun(results, other_errors, time.perf_counter() - started)
+    return VisibleRun(results, other_errors, time.perf_counter() - started, len(code_cells), raised)
 
 
 def _exercises(notebook, release: list[NotebookCell] | None, run: VisibleRun) -> list[ExerciseResult]:
@@ -448,15 +537,19 @@ def _exercise_status(exercise: ExerciseResult) -> tuple[str, str]:
         return (FAILED, broken) if broken else (NO_TESTS, "later test cells use it")
     if not counted:
         return SKIPPED_GPU, "its test cells need a GPU"
-    if all(test.status == NOT_ATTEMPTED for test in counted) or (exercise.unchanged and not visible):
+    ran = [test for test in counted if test.status != BLOCKED]
+    if (ran and all(test.status == NOT_ATTEMPTED for test in ran)) or (exercise.unchanged and not visible):
         why = "the answer cell is as released" if exercise.unchanged else "your code still raises NotImplementedError"
         return NOT_ATTEMPTED, why
-    failing = next((test for test in counted if test.status not in (PASSED, HIDDEN_ONLY)), None)
+    passed = sum(test.status == PASSED for test in visible)
+    failing = next((test for test in ran if test.status not in (PASSED, HIDDEN_ONLY)), None)
     if failing is not None:
-        passed = sum(test.status == PASSED for test in visible)
         return FAILED, f"{failing.grade_id} ({passed} of {len(visible)} visible test cells pass): {failing.message}"
     if broken:
         return FAILED, f"its visible tests pass, but {broken}" if visible else broken
+    blocked = next((test for test in counted if test.status == BLOCKED), None)
+    if blocked is not None:
+        return BLOCKED, f"{passed} of {len(visible)} visible test cells pass; {blocked.grade_id}: {blocked.message}"
     hidden = sum(test.points for test in counted if not test.visible)
     if not visible:
         return HIDDEN_ONLY, f"{_points(hidden)} points: no visible check, the hidden tests decide them"
@@ -497,6 +590,8 @@ def check_notebook(path, *, timeout: float = 300, gpu: bool | None = None, manif
             if bar:
                 bar.close()
         report.ran, report.seconds, report.other_errors = True, run.seconds, run.other_errors
+        report.cells_run, report.cells_raised = run.cells_run, run.cells_raised
+        report.notes = earlier_chapter_notes(path, notebook, lab, manifest)
         report.exercises = _exercises(notebook, release, run)
     if show:
         print(report.text())
@@ -525,6 +620,8 @@ def _points_column(exercise: ExerciseResult) -> str:
 
 
 _OTHER_ERROR_NOTES = {
+    EARLIER: "they need an earlier chapter's answers: see the NOTE at the top",
+    KNOCK_ON: "knock-on errors: each names the cell that failed first, the one to fix",
     NOT_WRITTEN: "they run once you write the exercise they use",
     LOCKED: "the course's code reached a part this kit does not ship yet: not your fault, tell your instructor",
     EXAMPLE: "a worked example or experiment that stopped; read its message",
@@ -538,7 +635,11 @@ def format_report(report: CheckReport) -> str:
     lines = [f"course check: {report.path} (as saved at {saved})"]
     if report.ran:
         where = f"{lab_title(report.lab)} chapter {report.notebook}" if report.lab else "this notebook"
-        lines.append(f"{where}: every cell ran in a fresh kernel in {report.seconds:.1f} s\n")
+        raised = (f"{report.cells_raised} of them raised (below)" if report.cells_raised else "none raised")
+        lines.append(f"{where}: its {report.cells_run} code cells ran in a fresh kernel in {report.seconds:.1f} s; "
+                     f"{raised}")
+        lines += [f"NOTE: {note}" for note in report.notes]
+        lines.append("")
         width = max([len("exercise"), *(len(ex.grade_id) for ex in report.exercises)])
         lines.append(f"  {'exercise':<{width}}  {'points':>6}  result")
         for exercise in report.exercises:
@@ -547,7 +648,7 @@ def format_report(report: CheckReport) -> str:
             if exercise.status in (PASSED, NOT_ATTEMPTED, NO_TESTS, SKIPPED_GPU, HIDDEN_ONLY) and message_lines[0]:
                 head = f"{exercise.status} ({message_lines[0]})"
             lines.append(f"  {exercise.grade_id:<{width}}  {_points_column(exercise):>6}  {head}")
-            for extra in message_lines[1:] if exercise.status == FAILED else []:
+            for extra in message_lines[1:] if exercise.status in (FAILED, BLOCKED) else []:
                 lines.append(f"  {'':<{width}}  {'':>6}    {extra.strip()}")
         totals = report.totals
         lines.append(f"\nTotal: {totals.text()}." + (

@@ -2,8 +2,9 @@
 
 DESCRIPTION = (
     "inference_memory sizes the KV cache with num_q_heads instead of num_kv_heads: right for Llama-2 (as many "
-    "KV heads as query heads), three times too big for SmolLM2 (9 query, 3 KV heads); the visible tests use "
-    "Llama-2-13B and pass, the hidden SmolLM2 cases fail: loses test_inference_memory (3 points), expected 9/12"
+    "KV heads as query heads), three times too big for SmolLM2 (9 query, 3 KV heads). The visible tests used only "
+    "Llama-2-13B; they now include SmolLM2, with a hint that names grouped-query attention: loses "
+    "test_inference_memory (3 points), expected 9/12"
 )
 BASE = "solution"
 ANSWERS = {
