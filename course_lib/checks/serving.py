@@ -20,9 +20,11 @@ from course_lib.checks import (
     expect_close,
     expect_equal,
     fail,
+    hidden_check,
     make,
     register_reference_names,
     require_own_implementation,
+    short_repr,
     student_url,
 )
 from course_lib.checks.fixtures import recorded_check, reference
@@ -80,7 +82,7 @@ def _timed(events, start=10.0, gap=0.05):
 
 
 def crafted_streams() -> list[tuple[str, list]]:
-    """(description, timed lines) pairs covering what real streams do."""
+    """(description, timed lines) pairs covering what real streams do: the visible test's streams."""
     return [
         ("completion: three text events, a finish event, usage, [DONE]",
          _timed([_completion(" The"), _completion(" sea"), _completion(" is"), _completion("", "length"), _usage(3),
@@ -97,21 +99,71 @@ def crafted_streams() -> list[tuple[str, list]]:
     ]
 
 
+def more_streams() -> list[tuple[str, list]]:
+    """Streams the graded test adds to ``crafted_streams()``: the same traps in other places."""
+    no_space = [("data:" + json.dumps(event),) for event in
+                (_chat({"role": "assistant"}), _chat({"content": "Bon"}), _chat({"content": "jour"}),
+                 _chat({}, "stop"), _usage(3))]
+    return [
+        ("chat: every event 'data:' without a space, a comment between two events",
+         _timed([no_space[0], ("",), no_space[1], ("",), (": ping",), no_space[2], ("",), no_space[3], ("",),
+                 no_space[4], ("",), ("data:[DONE]",)])),
+        ("chat: a text event and a usage after [DONE]",
+         _timed([_chat({"role": "assistant", "content": ""}), _chat({"content": "ok"}), _chat({}, "stop"), "[DONE]",
+                 _chat({"content": " more"}), _usage(9)])),
+        ("the stream stopped before [DONE] (done stays False)", _timed([_completion("cut"), _completion(" off")])),
+    ]
+
+
+def _misread_streams(timed_lines) -> list[tuple[list, str]]:
+    """The stream as two common misreadings of the protocol see it, each with the hint that names it.
+
+    A parser with one of these bugs returns exactly the reference's result on the altered stream,
+    which is how the check tells which bug it met. Only alterations that change the stream are listed.
+    """
+    variants = []
+    spaced = [(t, line) for t, line in timed_lines if not (line.startswith("data:") and not line.startswith("data: "))]
+    if len(spaced) != len(timed_lines):
+        variants.append((spaced, "a line may be 'data:' followed directly by the JSON, without a space: it is an "
+                                 "event all the same. Test line.startswith('data:') and strip what follows "
+                                 "('data: ' with the space misses it)."))
+    done_at = [index for index, (_, line) in enumerate(timed_lines) if line.replace(" ", "") == "data:[DONE]"]
+    if done_at and any(line.startswith("data:") for _, line in timed_lines[done_at[0] + 1:] if line not in
+                       ("data: [DONE]", "data:[DONE]")):
+        moved = ([item for index, item in enumerate(timed_lines) if index not in done_at]
+                 + [timed_lines[index] for index in done_at])
+        variants.append((moved, "stop reading at 'data: [DONE]' (break out of the loop): the events after it do not "
+                                "count, whatever they hold."))
+    return variants
+
+
+_STREAM_HINTS = {
+    "chunk_times": "one time per event whose text (completions) or delta content (chat) is non-empty: "
+                   "the role-only chat event and the empty finish event carry no token.",
+    "num_output_tokens": "take usage['completion_tokens'] from the event that has a usage; its choices list "
+                         "is empty.",
+    "done": "the stream ends at the line 'data: [DONE]'; nothing after it counts.",
+}
+_NOT_JSON_HINT = ("json.loads was given something that is not JSON: take what follows 'data:' with the spaces "
+                  "stripped (there may be none), and skip blank lines and comments (lines that start with ':').")
+
+
 @recorded_check
 def check_parse_stream(parse_stream, timed_lines, description: str = "") -> None:
-    """Compare a student's ``parse_stream`` with the reference on one stream."""
+    """Compare a student's ``parse_stream`` with the reference on one stream.
+
+    Where a field differs, the hint names the bug when the student's value is what a known
+    misreading of the protocol returns (``_misread_streams``), and says what the field holds otherwise.
+    """
     require_own_implementation(parse_stream, "parse_stream")
-    got = call_student(parse_stream, "parse_stream", timed_lines, show_args=False)
-    expected = reference(_wire().parse_stream)(timed_lines)
+    got = call_student(parse_stream, "parse_stream", timed_lines, show_args=False, hints={ValueError: _NOT_JSON_HINT})
+    reference_parse = reference(_wire().parse_stream)
+    expected = reference_parse(timed_lines)
+    misread = [(reference_parse(variant), hint) for variant, hint in _misread_streams(timed_lines)]
     check(isinstance(got, dict), f"parse_stream should return a dict, got {type(got).__name__}")
     for key in ("chunk_times", "text", "num_output_tokens", "finish_reason", "done"):
-        hint = {
-            "chunk_times": "one time per event whose text (completions) or delta content (chat) is non-empty: "
-                           "the role-only chat event and the empty finish event carry no token.",
-            "num_output_tokens": "take usage['completion_tokens'] from the event that has a usage; its choices list "
-                                 "is empty.",
-            "done": "the stream ends at the line 'data: [DONE]'; nothing after it counts.",
-        }.get(key)
+        hint = next((hint for result, hint in misread if got.get(key) == result[key] != expected[key]),
+                    _STREAM_HINTS.get(key))
         expect_equal(got.get(key), expected[key], f"parse_stream[{key!r}] for the stream: {description}", hint=hint)
 
 
@@ -175,26 +227,44 @@ def check_histogram_quantile(histogram_quantile, q: float, buckets, description:
 
 @recorded_check
 def check_poisson_arrivals(poisson_arrival_times) -> None:
-    """Statistical checks of a Poisson arrival process (measured on many seeds)."""
+    """Statistical checks of a Poisson arrival process (measured on many seeds).
+
+    Every failure says what was expected, what came back and a hint; the exact arrivals of seed 1
+    are compared with the reference's before the statistics, so a wrong formula is named there.
+    """
     from statistics import mean, pvariance
 
     require_own_implementation(poisson_arrival_times, "poisson_arrival_times")
+    call = "poisson_arrival_times(5.0, 20.0, seed=1)"
     first = call_student(poisson_arrival_times, "poisson_arrival_times", 5.0, 20.0, 1)
     again = call_student(poisson_arrival_times, "poisson_arrival_times", 5.0, 20.0, 1)
-    check(isinstance(first, list) and all(isinstance(t, float) for t in first),
-          "poisson_arrival_times should return a list of floats")
-    expect_equal(again, first, "the same seed should give the same arrivals", hint="use random.Random(seed).")
-    check(first == sorted(first) and all(0 <= t < 20.0 for t in first),
-          "arrival times should increase and lie in [0, duration_s)")
-    check(bool(first) and first[0] > 0, f"the first arrival should be the first gap after 0, not 0 itself; got "
-          f"{first[:3]} for rate 5/s, 20 s, seed 1",
-          hint="start the clock at the first draw, clock = rng.expovariate(rate_per_s), not at 0: a process that "
-               "starts at 0 puts an arrival at 0.0 in every run, which no Poisson process does.")
+    if not (isinstance(first, list) and all(isinstance(t, float) for t in first)):
+        fail(f"{call} should return a list of floats", expected="a list of floats, e.g. [0.035, 0.379, ...]",
+             got=first if not isinstance(first, list) else [type(t).__name__ for t in first[:5]],
+             hint="build a list and append each arrival time (a float: rng.expovariate returns one); do not return a "
+                  "generator, a numpy array or whole seconds.")
+    expect_equal(again, first, f"{call} called twice: the same seed should give the same arrivals",
+                 hint="make one random.Random(seed) inside the function and draw from it; the module-level "
+                      "random.expovariate shares one generator with everything else.")
+    outside = [t for t in first if not 0 <= t < 20.0]
+    if outside:
+        fail(f"{call}: every arrival should lie in [0, duration_s) = [0, 20)", expected="arrivals < 20.0",
+             got=outside[:3], hint="stop at the first arrival >= duration_s, and do not keep it.")
+    backwards = next((i for i in range(1, len(first)) if first[i] < first[i - 1]), None)
+    if backwards is not None:
+        fail(f"{call}: arrival times should increase", expected=f"arrival {backwards} >= {first[backwards - 1]}",
+             got=first[backwards - 1:backwards + 1],
+             hint="each arrival is the previous arrival + a gap (rng.expovariate(rate_per_s)), not a fresh draw.")
+    if not first or first[0] <= 0:
+        fail(f"{call}: the first arrival should be the first gap after 0, not 0 itself",
+             expected="a first arrival > 0 (the first rng.expovariate(5.0) draw)", got=first[:3],
+             hint="start the clock at the first draw, clock = rng.expovariate(rate_per_s), not at 0: a process that "
+                  "starts at 0 puts an arrival at 0.0 in every run, which no Poisson process does.")
     expected = reference(_loadtest().poisson_arrival_times)(5.0, 20.0, 1)
     if first != expected:
         where = next((i for i, (a, b) in enumerate(zip(first, expected)) if a != b), min(len(first), len(expected)))
-        fail("poisson_arrival_times(5.0, 20.0, seed=1) should be the running sums of "
-             f"random.Random(1).expovariate(5.0) draws; they differ from arrival {where} on",
+        fail(f"{call} should be the running sums of random.Random(1).expovariate(5.0) draws; they differ from "
+             f"arrival {where} on",
              expected=expected[where:where + 3], got=first[where:where + 3],
              hint="one Random(seed) for the whole call; each arrival = the previous one + rng.expovariate(rate_per_s); "
                   "stop at the first arrival >= duration_s (do not keep it).")
@@ -208,24 +278,31 @@ def check_poisson_arrivals(poisson_arrival_times) -> None:
     # Poisson: the count has mean = variance = rate * duration = 20; gaps are exponential with mean 1/4.
     expect_close(mean(counts), 20.0, "mean number of arrivals over 200 seeds (rate 4/s, 5 s)", rel=0.08,
                  hint="draw gaps with mean 1/rate until the clock passes duration_s.")
-    check(pvariance(counts) > 10.0, f"the number of arrivals should vary from seed to seed like a Poisson count "
-          f"(variance about 20); got variance {pvariance(counts):.2f}",
-          hint="do not fix the count at rate * duration: keep drawing gaps until the time runs out.")
-    expect_close(mean(gaps), 0.25, "mean gap between arrivals (rate 4/s)", rel=0.05)
+    if not pvariance(counts) > 10.0:
+        fail("the number of arrivals in 5 s at 4/s, over 200 seeds, should vary like a Poisson count",
+             expected="a variance of about 20 (Poisson: equal to the mean)", got=f"variance {pvariance(counts):.2f}",
+             hint="do not fix the count at rate * duration: keep drawing gaps until the time runs out.")
+    expect_close(mean(gaps), 0.25, "mean gap between arrivals (rate 4/s)", rel=0.05,
+                 hint="the gaps are rng.expovariate(rate_per_s) draws, whose mean is 1 / rate_per_s (expovariate takes "
+                      "the rate, not the mean gap).")
     spread = pvariance(gaps) ** 0.5
     expect_close(spread, 0.25, "standard deviation of the gaps (exponential: equal to the mean)", rel=0.12,
                  hint="gaps must be random exponential draws, not evenly spaced.")
     short = sum(1 for g in gaps if g < 0.25 * math.log(2)) / len(gaps)
-    expect_close(short, 0.5, "share of gaps shorter than the median ln(2)/rate", abs_=0.04)
+    expect_close(short, 0.5, "share of gaps shorter than the median ln(2)/rate", abs_=0.04,
+                 hint="exponential gaps: half of them are shorter than ln(2) / rate; draw each gap with "
+                      "rng.expovariate(rate_per_s), not from another distribution.")
     for rate, duration in ((0.0, 1.0), (1.0, 0.0), (-2.0, 3.0)):
+        what = f"poisson_arrival_times({rate}, {duration}, 0)"
+        hint = "check both arguments first: if not rate_per_s > 0 or not duration_s > 0: raise ValueError(...)"
         try:
-            poisson_arrival_times(rate, duration, 0)
+            result = poisson_arrival_times(rate, duration, 0)
         except ValueError:
             continue
         except Exception as error:  # noqa: BLE001
-            fail(f"poisson_arrival_times({rate}, {duration}, 0) raised {type(error).__name__}, expected ValueError",
-                 show_values=False)
-        fail(f"poisson_arrival_times({rate}, {duration}, 0) should raise ValueError", show_values=False)
+            fail(f"{what} should raise ValueError", expected="ValueError", got=f"{type(error).__name__} raised",
+                 hint=hint)
+        fail(f"{what} should raise ValueError", expected="ValueError", got=f"returned {short_repr(result)}", hint=hint)
 
 
 @recorded_check
@@ -299,14 +376,39 @@ def random_in_flight_records(seed: int, count: int = 12) -> list[dict]:
     return records
 
 
+def _in_flight_misreadings(records, start: float, end: float) -> list[tuple[float, str]]:
+    """What three common mistakes return on these records, each with the hint that names it.
+
+    Computed from the records with the mistake built in (none of them is the answer), so a student
+    value equal to one of them points at that mistake.
+    """
+    span = end - start
+    return [
+        (sum(max(0.0, min(r["done_at"], end) - r["sent_at"]) for r in records) / span,
+         "a request sent before the window starts counts only from start: clip its sent_at too, "
+         "max(sent_at, start), not only its done_at."),
+        (sum(max(0.0, r["done_at"] - max(r["sent_at"], start)) for r in records) / span,
+         "a request still in flight at the window's end counts only up to end: clip its done_at, min(done_at, end)."),
+        (sum(min(r["done_at"], end) - max(r["sent_at"], start) for r in records) / span,
+         "a request entirely outside the window overlaps it for 0 s, not a negative time: max(0.0, overlap)."),
+    ]
+
+
 @recorded_check
 def check_mean_in_flight(mean_in_flight, records, start: float, end: float) -> None:
     require_own_implementation(mean_in_flight, "mean_in_flight")
     got = call_student(mean_in_flight, "mean_in_flight", records, start, end, show_args=False)
     expected = reference(_loadtest().mean_in_flight)(records, start, end)
-    expect_close(got, expected, f"mean_in_flight over [{start}, {end}] of {len(records)} records", rel=1e-9, abs_=1e-12,
-                 hint="add up how long each request overlaps [start, end] (clip its [sent_at, done_at]), "
-                      "then divide by end - start.")
+    hint = "add up how long each request overlaps [start, end] (clip its [sent_at, done_at]), then divide by end - start."
+    try:
+        hint = next(h for value, h in _in_flight_misreadings(records, start, end)
+                    if math.isclose(float(got), value, rel_tol=1e-9, abs_tol=1e-12)
+                    and not math.isclose(value, expected, rel_tol=1e-9, abs_tol=1e-12))
+    except (StopIteration, TypeError, ValueError):
+        pass
+    shown = "" if hidden_check() else f" ({[(r['sent_at'], r['done_at']) for r in records]})"
+    expect_close(got, expected, f"mean_in_flight over [{start}, {end}] of {len(records)} records{shown}", rel=1e-9,
+                 abs_=1e-12, hint=hint)
 
 
 def _loadtest():
@@ -328,9 +430,10 @@ def _state(**fields) -> dict:
     return state
 
 
-VISIBLE_ADMISSION_CASES = 8
-"""The test cell shows the first 8 cases of ``admission_cases()``: one per rule, the chapter's worked
-example (waiting requests hold the budget) and both places where a partial block must round up."""
+VISIBLE_ADMISSION_CASES = 9
+"""The test cell shows the first 9 cases of ``admission_cases()``: one per rule, the chapter's worked
+example (waiting requests hold the budget), both places where a partial block must round up, and
+the rules' order (a request that can never run is a 400 even when the queue is full)."""
 
 
 def admission_cases() -> list[tuple[str, dict, dict, dict]]:
@@ -353,7 +456,11 @@ def admission_cases() -> list[tuple[str, dict, dict, dict]]:
         ("65 tokens need 5 blocks (a partial block counts), 96 are promised: 101 > 100",
          odd, _state(num_running=4, running_blocks=60, num_waiting=2, waiting_blocks=36), limits),
         ("running requests hold most of the budget", small, _state(num_running=8, running_blocks=97), limits),
+        ("a full queue and a request longer than the context: the 400 rules come first",
+         {"num_prompt_tokens": 3000, "max_tokens": 10}, _state(num_waiting=4, waiting_blocks=16), limits),
         # graded only
+        ("a full KV budget and a request that needs more blocks than the whole budget: 400 first",
+         {"num_prompt_tokens": 1200, "max_tokens": 500}, _state(num_running=6, running_blocks=99), limits),
         ("exactly the KV budget on an idle server", {"num_prompt_tokens": 1000, "max_tokens": 600}, _state(), limits),
         ("one place left in the queue", small, _state(num_waiting=3, waiting_blocks=12), limits),
         ("waiting requests alone fill the budget", small, _state(num_waiting=2, waiting_blocks=98), limits),
@@ -364,8 +471,6 @@ def admission_cases() -> list[tuple[str, dict, dict, dict]]:
         ("34 tokens with 98 promised: 3 blocks (2 if rounded down) > what is left",
          {"num_prompt_tokens": 30, "max_tokens": 4}, _state(num_running=1, running_blocks=58, num_waiting=1,
                                                             waiting_blocks=40), limits),
-        ("a full queue and a request that can never fit: 400 first",
-         {"num_prompt_tokens": 3000, "max_tokens": 10}, _state(num_waiting=4), limits),
         ("no queue at all (max_waiting 0)", small, _state(), {**limits, "max_waiting": 0}),
         ("block size 4: 10 tokens need 3 blocks, 8 of 10 are promised", {"num_prompt_tokens": 6, "max_tokens": 4},
          _state(block_size=4, num_running=2, running_blocks=8), {**limits, "kv_budget_blocks": 10}),
@@ -389,6 +494,10 @@ def check_admission_decision(admission_policy, request: dict, state: dict, limit
             429: "count the blocks promised to *every* admitted request, state['waiting_blocks'] + "
                  "state['running_blocks'], plus this one's, and the waiting queue against max_waiting;"
                  + rounding}[expected["status"]]
+    if expected["status"] == 400 and got["status"] == 429:
+        hint = ("the 400 rules come first: a request that could never run here is a 400 even when the server is full "
+                "now. Checking the queue or the budget first answers 429, and the client retries, forever, a request "
+                "that can never succeed.")
     expect_equal(got["status"], expected["status"], f"status for: {description}", hint=hint)
     if expected["status"] != 200:
         check(isinstance(got.get("message"), str) and got["message"],
@@ -613,11 +722,20 @@ def check_unpack_kv(unpack_kv, seed: int, block_table, num_tokens: int) -> None:
     payload = reference(reference_pack)(_random_pool(seed + 100), list(range(len(block_table))), num_tokens)
     receiver = _random_pool(seed)
     expected = reference(reference_unpack)(payload, receiver.clone(), list(block_table))
-    got = call_student(unpack_kv, "unpack_kv", payload, receiver, list(block_table), show_args=False)
-    check(torch.is_tensor(got), "unpack_kv should return the storage tensor it wrote into")
-    check(torch.equal(got, expected), f"after unpack_kv(table={list(block_table)}, {num_tokens} tokens) the pool differs "
-          "from the expected one", hint="write token p at storage[:, :, block_table[p // block_size], p % block_size] "
-          "and leave every other slot alone (other requests live there).")
+    before = receiver.clone()
+    # The receiver's own tensor, not a copy: the engine keeps reading the pool it passed in.
+    got = call_student(unpack_kv, "unpack_kv", payload, receiver, list(block_table), copy_args=False, show_args=False)
+    call = f"unpack_kv(payload, storage, table={list(block_table)}) with {num_tokens} tokens"
+    check(torch.is_tensor(got), f"{call} should return the storage tensor it wrote into, got {type(got).__name__}")
+    if torch.equal(receiver, before):
+        copied = tuple(got.shape) == tuple(receiver.shape) and torch.equal(got, expected)
+        fail(f"{call} left storage unchanged" + (": it returned the right pool, but in a copy" if copied else ""),
+             expected="storage written in place (and returned)", got="storage exactly as it was before the call",
+             hint="the engine keeps using the storage tensor it passed you and never looks at a new one: write into "
+                  "storage itself (storage[:, :, blocks, offsets] = payload), not into storage.clone(), and return it.")
+    check(torch.equal(receiver, expected), f"after {call} the pool differs from the expected one",
+          hint="write token p at storage[:, :, block_table[p // block_size], p % block_size] and leave every other "
+               "slot alone (other requests live there).")
 
 
 def _scramble_free_blocks(allocator) -> None:
@@ -631,12 +749,14 @@ def check_transfer_in_engine(pack_kv, unpack_kv, max_tokens: int = 8) -> None:
     """Prefill in one engine, ship with the student's functions, decode in another: same tokens as one engine.
 
     The functions are first sent the way the chapter's experiment sends them to its worker
-    processes (``course_lib.server.shipping``: rebuilt from the source of the cell that defines
-    them, in a fresh namespace), so one that only works with the rest of the notebook around it
-    fails here, with the reason, not in the experiment. Both engines run in this process with the
+    processes (``course_lib.server.shipping``: rebuilt in a fresh namespace from the source of the
+    cell that defines them and of what they read from the rest of the notebook), so one that
+    cannot run there fails here, with the reason, not in the experiment. Both engines run in this process with the
     tiny model; the importing engine gets the payload only through ``unpack_kv``, so wrong KV
     changes the continuation.
     """
+    import torch
+
     from course_lib.engine import LLMEngine
     from course_lib.sampling import SamplingParams
     from course_lib.server.disaggregated import _ExportingAllocator, _ImportingAllocator
@@ -644,8 +764,9 @@ def check_transfer_in_engine(pack_kv, unpack_kv, max_tokens: int = 8) -> None:
 
     require_own_implementation(pack_kv, "pack_kv")
     require_own_implementation(unpack_kv, "unpack_kv")
-    ship_hint = ("the experiment sends each function to its worker process as the source of the cell that defines "
-                 "it (imports, functions, classes, constants): define every helper it calls in that same cell.")
+    ship_hint = ("the experiment sends each function to its worker process as source: the definitions of its cell and "
+                 "what it reads from the rest of the notebook (functions, classes, imports, values that can be "
+                 "copied). Pass anything else it needs as an argument, or compute it inside the function.")
     pack_kv = call_student(make, "sending pack_kv to a worker process", shipped_copy, pack_kv, copy_args=False,
                            show_args=False, hints={Exception: ship_hint})
     unpack_kv = call_student(make, "sending unpack_kv to a worker process", shipped_copy, unpack_kv, copy_args=False,
@@ -674,9 +795,18 @@ def check_transfer_in_engine(pack_kv, unpack_kv, max_tokens: int = 8) -> None:
                                         model.config.head_dim), "shape of the payload pack_kv sent",
                  hint="exactly the prompt's tokens: the empty tail of the last block stays home.")
 
-    receiver = _ImportingAllocator(32, 4, unpack=lambda *a: call_student(unpack_kv, "unpack_kv", *a, copy_args=False,
-                                                                         hints={MissingName: ship_hint},
-                                                                         show_args=False))
+    def student_unpack(payload, storage, table):
+        before = storage.clone()
+        result = call_student(unpack_kv, "unpack_kv", payload, storage, table, copy_args=False,
+                              hints={MissingName: ship_hint}, show_args=False)
+        if torch.equal(storage, before):
+            fail("in the decode engine, your unpack_kv left the engine's pool unchanged", expected="the payload "
+                 "written into the pool's blocks, in place", got="the pool exactly as it was before the call",
+                 hint="the engine reads only the storage tensor it passes in, never the one you return: write into "
+                      "storage itself, not into a clone.")
+        return result
+
+    receiver = _ImportingAllocator(32, 4, unpack=student_unpack)
     decode = LLMEngine(model, tokenizer, allocator=receiver)
     receiver.kv_cache = decode.kv_cache
     _scramble_free_blocks(receiver)
