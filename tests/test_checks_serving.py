@@ -473,3 +473,102 @@ async def open_loop(url, schedule):
     ns = student("02_load", {"open_loop": eager})
     with pytest.raises(CheckFailed, match="off schedule"):
         checks.check_open_loop(ns["open_loop"])
+
+
+# ----- chapter 6 ---------------------------------------------------------------------------------
+
+
+def visible_kv_router(router_class) -> None:
+    for description, num_replicas, block_size, events in checks.kv_router_scripts()[:checks.VISIBLE_KV_ROUTER_SCRIPTS]:
+        checks.check_kv_router(router_class, num_replicas, block_size, events, description)
+
+
+def test_chapter6_reference_passes_every_case():
+    ns = student("06_kv_aware_balancing")
+    for description, text in checks.kv_load_cases():
+        checks.check_kv_load(ns["kv_load"], text, description)
+    for description, timeline, num_blocks, min_free in checks.stranded_cases():
+        checks.check_stranded_share(ns["stranded_share"], timeline, num_blocks, min_free, description)
+    for description, num_replicas, block_size, events in checks.kv_router_scripts():
+        checks.check_kv_router(ns["KVAwareRouter"], num_replicas, block_size, events, description)
+
+
+@pytest.mark.slow
+def test_chapter6_reference_passes_live():
+    ns = student("06_kv_aware_balancing")
+    checks.check_kv_router_live(ns["KVAwareRouter"], ns["kv_load"])
+
+
+def test_demo_kv_herd_fails_the_burst_script_with_the_sent_blocks_hint():
+    ns = demo("06_kv_aware_balancing", "buggy-kv-herd")
+    with pytest.raises(CheckFailed, match="the replica chosen") as failure:
+        visible_kv_router(ns["KVAwareRouter"])
+    assert "worked example" in str(failure.value) and "blocks sent since >= need" in str(failure.value)
+    with pytest.raises(CheckFailed, match="since that report"):  # the burst script names the herd
+        checks.check_kv_router(ns["KVAwareRouter"], *checks.kv_router_scripts()[1][1:], checks.kv_router_scripts()[1][0])
+
+
+@pytest.mark.slow
+def test_demo_kv_herd_sends_both_documents_to_one_live_replica():
+    ns = demo("06_kv_aware_balancing", "buggy-kv-herd")
+    with pytest.raises(CheckFailed, match="documents \\(20 blocks each\\) per replica"):
+        checks.check_kv_router_live(ns["KVAwareRouter"], ns["kv_load"])
+
+
+def test_demo_kv_home_without_need_fails_the_long_request_script_only_there():
+    ns = demo("06_kv_aware_balancing", "buggy-kv-home-without-need")
+    with pytest.raises(CheckFailed, match="worked example") as failure:
+        visible_kv_router(ns["KVAwareRouter"])
+    assert "less than this request's need of 20" in str(failure.value)
+    description, num_replicas, block_size, events = checks.kv_router_scripts()[2]
+    with pytest.raises(CheckFailed, match="fewer than this long request needs") as failure:
+        checks.check_kv_router(ns["KVAwareRouter"], num_replicas, block_size, events, description)
+    assert "room(home) >= need" in str(failure.value)
+    for description, num_replicas, block_size, events in checks.kv_router_scripts()[1:2]:  # bursts without home
+        checks.check_kv_router(ns["KVAwareRouter"], num_replicas, block_size, events, description)
+
+
+KV_LOAD_MISTAKES = {
+    "substring search finds the # HELP line first": ("""    for line in metrics_text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = value
+    load = {}
+    for key, name in samples.items():
+        if name not in values:
+            raise ValueError(f"no sample {name} in the metrics")
+        load[key] = int(float(values[name]))
+    return load""", """    load = {}
+    for key, name in samples.items():
+        line = next((line for line in metrics_text.splitlines() if name in line), None)
+        if line is None:
+            raise ValueError(f"no sample {name} in the metrics")
+        load[key] = int(float(line.split()[-1]))
+    return load""", "'# HELP' or '# TYPE' line"),
+    "a missing sample read as 0": ("""        if name not in values:
+            raise ValueError(f"no sample {name} in the metrics")
+        load[key] = int(float(values[name]))""", """        load[key] = int(float(values.get(name, 0)))""", "do not default it to 0"),
+    "floats left as floats": ("load[key] = int(float(values[name]))", "load[key] = float(values[name])", "should be an int"),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(KV_LOAD_MISTAKES))
+def test_kv_load_mistakes_fail_a_visible_text_with_a_hint(mistake):
+    old, new, hint = KV_LOAD_MISTAKES[mistake]
+    original = answer_sources(LAB / "06_kv_aware_balancing.ipynb")["kv_load"]
+    assert old in original
+    ns = student("06_kv_aware_balancing", {"kv_load": original.replace(old, new)})
+    with pytest.raises(CheckFailed) as failure:
+        for description, text in checks.kv_load_cases()[:checks.VISIBLE_KV_LOAD_CASES]:
+            checks.check_kv_load(ns["kv_load"], text, description)
+    assert hint in str(failure.value)
+
+
+def test_stranded_share_that_counts_room_on_the_waiting_replica_fails_a_visible_case():
+    original = answer_sources(LAB / "06_kv_aware_balancing.ipynb")["stranded_share"]
+    old = " and other != replica"
+    assert old in original
+    ns = student("06_kv_aware_balancing", {"stranded_share": original.replace(old, "")})
+    with pytest.raises(CheckFailed, match="DIFFERENT replica"):
+        for description, timeline, num_blocks, min_free in checks.stranded_cases()[:checks.VISIBLE_STRANDED_CASES]:
+            checks.check_stranded_share(ns["stranded_share"], timeline, num_blocks, min_free, description)

@@ -34,11 +34,13 @@ __all__ = [
     "check_mean_in_flight", "check_open_loop", "check_pack_kv", "check_parse_stream", "check_poisson_arrivals",
     "check_prefix_key", "check_prefix_router", "check_request_metrics", "check_transfer_in_engine",
     "check_unpack_kv", "crafted_streams", "live_stream", "random_in_flight_records",
+    "check_kv_load", "check_kv_router", "check_kv_router_live", "check_stranded_share", "kv_load_cases",
+    "kv_router_scripts", "more_streams", "stranded_cases",
 ]
 
 register_reference_names("parse_stream", "request_metrics", "histogram_quantile", "poisson_arrival_times",
                          "open_loop", "mean_in_flight", "admission_policy", "prefix_key", "HashRing",
-                         "PrefixAwareRouter", "pack_kv", "unpack_kv")
+                         "PrefixAwareRouter", "pack_kv", "unpack_kv", "kv_load", "KVAwareRouter", "stranded_share")
 
 
 def _wire():
@@ -822,3 +824,338 @@ def check_transfer_in_engine(pack_kv, unpack_kv, max_tokens: int = 8) -> None:
                       "and your unpack_kv wrote. Compare your functions on one block table by hand.")
     check(decode.stats.num_batched_tokens == max_tokens - 1, f"the decode engine ran {decode.stats.num_batched_tokens} "
           f"tokens; with the prompt's KV shipped it should run only the {max_tokens - 1} decode steps")
+
+
+# =============================================================================================
+# Chapter 6: KV-cache-aware balancing
+# =============================================================================================
+
+
+def _balancing():
+    from course_lib.server import balancing
+
+    return balancing
+
+
+def _metrics_text(used: int, free: int, waiting: int, running: int, preemptions: int, *, extra: str = "") -> str:
+    """A replica's /metrics as the course's server writes it (trimmed): the KV samples among others."""
+    return (
+        "# HELP course_time_to_first_token_seconds Arrival to first token, seconds.\n"
+        "# TYPE course_time_to_first_token_seconds histogram\n"
+        'course_time_to_first_token_seconds_bucket{le="0.1"} 4.0\n'
+        'course_time_to_first_token_seconds_bucket{le="+Inf"} 9.0\n'
+        "course_time_to_first_token_seconds_count 9.0\n"
+        "course_time_to_first_token_seconds_sum 2.25\n"
+        "# HELP course_num_requests_waiting Requests admitted and waiting for a place in the batch.\n"
+        "# TYPE course_num_requests_waiting gauge\n"
+        f"course_num_requests_waiting {float(waiting)}\n"
+        "# HELP course_num_requests_running Requests in the batch (holding KV blocks).\n"
+        "# TYPE course_num_requests_running gauge\n"
+        f"course_num_requests_running {float(running)}\n"
+        "# HELP course_kv_blocks_total KV-cache blocks in the pool.\n"
+        "# TYPE course_kv_blocks_total gauge\n"
+        f"course_kv_blocks_total {float(used + free)}\n"
+        "# HELP course_kv_blocks_used KV-cache blocks held by running requests.\n"
+        "# TYPE course_kv_blocks_used gauge\n"
+        f"course_kv_blocks_used {float(used)}\n"
+        "# HELP course_kv_blocks_free KV-cache blocks a new request could take now.\n"
+        "# TYPE course_kv_blocks_free gauge\n"
+        f"course_kv_blocks_free {float(free)}\n"
+        "# HELP course_kv_cache_usage_ratio Share of the KV pool in use (0 to 1).\n"
+        "# TYPE course_kv_cache_usage_ratio gauge\n"
+        f"course_kv_cache_usage_ratio {used / max(1, used + free)}\n"
+        "# HELP course_num_preemptions_total Requests preempted (KV freed, recomputed later).\n"
+        "# TYPE course_num_preemptions_total counter\n"
+        f"course_num_preemptions_total {float(preemptions)}\n" + extra)
+
+
+def kv_load_cases() -> list[tuple[str, str]]:
+    """(description, metrics text) for ``check_kv_load``: the visible ones first (``VISIBLE_KV_LOAD_CASES``)."""
+    busy = _metrics_text(37, 3, 2, 5, 4)
+    return [
+        ("the worked example: a busy replica", busy),
+        ("an idle replica (every count 0)", _metrics_text(0, 64, 0, 0, 0)),
+        ("a large pool: values past a thousand", _metrics_text(1500, 2596, 12, 30, 1041)),
+        ("course_kv_blocks_free missing (an old server): ValueError", busy.replace("course_kv_blocks_free 3.0\n", "")),
+        # graded only
+        ("the samples in another order, labelled histograms between them",
+         "\n".join(reversed(_metrics_text(9, 55, 1, 3, 0).splitlines())) + "\n"),
+        ("the preemption counter missing: ValueError", busy.replace("course_num_preemptions_total 4.0\n", "")),
+        ("more metrics after the KV samples", _metrics_text(20, 44, 0, 4, 2, extra=(
+            "# HELP course_request_success_total Requests finished, by finish reason.\n"
+            "# TYPE course_request_success_total counter\n"
+            'course_request_success_total{finish_reason="length"} 7.0\n'))),
+    ]
+
+
+VISIBLE_KV_LOAD_CASES = 4
+
+_KV_LOAD_HINTS = {
+    ValueError: "float() got something that is not a number: a '# HELP' or '# TYPE' line mentions the same names; "
+                "skip lines that start with '#', and split a sample line into its name and its value.",
+}
+
+
+@recorded_check
+def check_kv_load(kv_load, metrics_text: str, description: str = "") -> None:
+    """Compare a student's ``kv_load`` with the reference on one replica's metrics text."""
+    require_own_implementation(kv_load, "kv_load")
+    try:
+        expected = reference(_balancing().kv_load)(metrics_text)
+    except ValueError:
+        expected = None  # a sample is missing: the student's must raise ValueError too
+    if expected is None:
+        try:
+            got = kv_load(metrics_text)
+        except ValueError:
+            return
+        except Exception as error:  # noqa: BLE001 - any other type is the wrong one
+            fail(f"kv_load for {description} should raise ValueError", expected="ValueError",
+                 got=f"{type(error).__name__} raised",
+                 hint="when one of the five samples is not in the text, raise ValueError naming it.")
+        fail(f"kv_load for {description} should raise ValueError (a sample it needs is not in the text)",
+             expected="ValueError", got=got,
+             hint="look each sample up by its exact name and raise ValueError naming the one that is missing; "
+                  "do not default it to 0, a router would read an old server as an empty one.")
+    got = call_student(kv_load, "kv_load", metrics_text, show_args=False, hints=_KV_LOAD_HINTS)
+    check(isinstance(got, dict), f"kv_load should return a dict, got {type(got).__name__}")
+    for key, sample in _balancing().KV_METRICS.items():
+        value = got.get(key)
+        expect_equal(value, expected[key], f"kv_load(...)[{key!r}] for {description}",
+                     hint=f"the value of the sample named exactly {sample} (not a line that only starts with those "
+                          f"letters or mentions them), as an int: the text writes {float(expected[key])!r}.")
+        check(type(value) is int, f"kv_load(...)[{key!r}] should be an int, got {type(value).__name__}",
+              hint="the text writes every value as a float (12.0): convert with int(float(value)).")
+
+
+def stranded_cases() -> list[tuple[str, list, int, int]]:
+    """(description, timeline, num_blocks, min_free_blocks) for ``check_stranded_share``; visible ones first."""
+    worked = [(0, 0, 40, 0), (0, 1, 10, 0), (50, 0, 40, 2), (50, 1, 10, 0), (100, 0, 40, 3), (100, 1, 36, 0),
+              (150, 0, 20, 0), (150, 1, 20, 1)]
+    same = [(0, 0, 10, 2), (0, 1, 40, 0), (50, 0, 40, 1), (50, 1, 40, 0)]
+    edge = [(0, 0, 30, 1), (0, 1, 34, 0), (10, 0, 30, 1), (10, 1, 35, 0)]
+    rng = random.Random(11)
+    graded = []
+    for seed in range(3):
+        rng = random.Random(100 + seed)
+        replicas = 2 + seed
+        graded.append((f"{replicas} replicas, 30 scrapes (seed {seed})",
+                       [(50 * t, r, rng.randrange(0, 41), rng.choice([0, 0, 0, 1, 3])) for t in range(30)
+                        for r in range(replicas)], 40, 6))
+    return [
+        ("the worked example", worked, 40, 8),
+        ("free blocks on the replica that has the queue do not count", same, 40, 8),
+        ("exactly min_free_blocks free counts as room", edge, 40, 6),
+        ("no scrape at all", [], 40, 8),
+        # graded only
+        *graded,
+        ("three replicas, room only on the waiting one", [(0, 0, 0, 4), (0, 1, 40, 0), (0, 2, 40, 2)], 40, 41),
+    ]
+
+
+VISIBLE_STRANDED_CASES = 4
+
+
+@recorded_check
+def check_stranded_share(stranded_share, timeline, num_blocks: int, min_free_blocks: int, description: str = "") -> None:
+    require_own_implementation(stranded_share, "stranded_share")
+    timeline = [tuple(report) for report in timeline]
+    got = call_student(stranded_share, "stranded_share", timeline, num_blocks, min_free_blocks, show_args=False)
+    expected = reference(_balancing().stranded_share)(timeline, num_blocks, min_free_blocks)
+    shown = "" if hidden_check() or len(timeline) > 12 else f" {timeline}"
+    expect_close(got, expected, f"stranded_share for {description} (num_blocks={num_blocks}, min_free_blocks="
+                 f"{min_free_blocks}){shown}", rel=1e-9, abs_=1e-12,
+                 hint="group the reports by their time (one scrape); a scrape is stranded when a replica with "
+                      "num_waiting > 0 and a DIFFERENT replica with num_blocks - blocks_used >= min_free_blocks are "
+                      "both in it; divide the stranded scrapes by all scrapes (0.0 when there are none).")
+
+
+def kv_router_scripts() -> list[tuple[str, int, int, list]]:
+    """(description, num_replicas, block_size, events) for ``check_kv_router``; the visible ones first.
+
+    Events: ("report", replica, load) and ("choose", prompt length, max_tokens, home).
+    """
+    def load(free: int, waiting: int = 0, used: int = 0) -> dict:
+        return {"blocks_used": used, "blocks_free": free, "num_waiting": waiting, "num_running": 1 if used else 0,
+                "preemptions": 0}
+
+    both = [("report", 0, load(30, used=34)), ("report", 1, load(50, used=14))]
+    scripts = [
+        ("the worked example: 300 + 20 tokens need 20 blocks, three times with no report between", 2, 16,
+         both + [("choose", 300, 20, 0), ("choose", 300, 20, 0), ("choose", 300, 20, 0)]),
+        ("a burst of 6 requests between two reports: each one's blocks count against the replica it went to", 2, 16,
+         [("report", 0, load(64)), ("report", 1, load(64))] + [("choose", 200, 40, None)] * 6),
+        ("home has free blocks, but fewer than this long request needs", 2, 16,
+         both + [("choose", 40, 8, 0), ("choose", 600, 100, 0)]),
+        ("requests wait at home: go elsewhere even though home has room", 2, 16,
+         [("report", 0, load(60, waiting=2)), ("report", 1, load(20))] + [("choose", 30, 10, 0)]),
+        ("a new report replaces the old one and forgets what was sent before it", 2, 16,
+         both + [("choose", 300, 20, 1), ("choose", 300, 20, 1), ("report", 1, load(50, used=14)),
+                 ("choose", 300, 20, 1)]),
+        ("ties: equal room goes to fewer waiting, then the lower index", 3, 16,
+         [("report", 0, load(40, waiting=1)), ("report", 1, load(40, waiting=0)), ("report", 2, load(40))]
+         + [("choose", 15, 1, None), ("report", 1, load(40)), ("report", 2, load(40)), ("choose", 15, 1, None)]),
+    ]
+    for seed in range(3):  # graded only: random reports and requests
+        rng = random.Random(200 + seed)
+        replicas = 3 + seed % 2
+        events: list = [("report", r, load(rng.randrange(0, 120), rng.choice([0, 0, 1]))) for r in range(replicas)]
+        for _ in range(40):
+            if rng.random() < 0.25:
+                events.append(("report", rng.randrange(replicas), load(rng.randrange(0, 120), rng.choice([0, 0, 1, 2]))))
+            else:
+                events.append(("choose", rng.randrange(1, 900), rng.randrange(1, 200),
+                               rng.choice([None, *range(replicas)])))
+        scripts.append((f"random reports and requests on {replicas} replicas (seed {seed})", replicas, 16, events))
+    return scripts
+
+
+VISIBLE_KV_ROUTER_SCRIPTS = 6
+
+
+@recorded_check
+def check_kv_router(KVAwareRouter, num_replicas: int, block_size: int, events, description: str = "") -> None:
+    """Replay a script of reports and requests on the student's balancer and the reference; every choice must match."""
+    require_own_implementation(KVAwareRouter, "KVAwareRouter")
+    ref_router = reference(_balancing().KVAwareRouter)(num_replicas, block_size=block_size)
+    router = call_student(KVAwareRouter, "KVAwareRouter", num_replicas, block_size=block_size)
+    try:
+        ref_router.choose([1] * 8, 8, None)
+        refuses = False
+    except ValueError:
+        refuses = True
+    if refuses:
+        fresh = call_student(KVAwareRouter, "KVAwareRouter", num_replicas, block_size=block_size)
+        try:
+            fresh.choose([1] * 8, 8, None)
+        except ValueError:
+            pass
+        except Exception as error:  # noqa: BLE001
+            fail("choose before any report should raise ValueError", expected="ValueError",
+                 got=f"{type(error).__name__} raised", hint="check that every replica has reported first.")
+        else:
+            fail("choose before any report should raise ValueError", expected="ValueError", got="a replica index",
+                 hint="a replica that never reported is unknown: refuse to guess (raise ValueError).")
+    reported: dict[int, dict] = {}
+    sent = [0] * num_replicas
+    for step, event in enumerate(events):
+        if event[0] == "report":
+            _, replica, load = event
+            call_student(router.report, "report", replica, dict(load), show_args=False)
+            ref_router.report(replica, dict(load))
+            reported[replica], sent[replica] = dict(load), 0
+            continue
+        _, prompt_len, max_tokens, home = event
+        prompt = [7] * prompt_len
+        need = math.ceil((prompt_len + max_tokens) / block_size)
+        got = call_student(router.choose, "choose", prompt, max_tokens, home, show_args=False)
+        expected = ref_router.choose(prompt, max_tokens, home)
+        room = [reported[r]["blocks_free"] - sent[r] for r in range(num_replicas)]
+        waiting = [reported[r]["num_waiting"] for r in range(num_replicas)]
+        situation = (f"{description}, request {step}: {prompt_len} prompt tokens + max_tokens {max_tokens} = need "
+                     f"{need} blocks, home {home}; blocks free as reported {[reported[r]['blocks_free'] for r in range(num_replicas)]}, "
+                     f"blocks sent since each report {sent}, so room {room}; waiting {waiting}")
+        check(isinstance(got, int) and not isinstance(got, bool) and 0 <= got < num_replicas,
+              f"{situation}: choose returned {got!r}, not a replica index")
+        if got != expected:
+            since = ("room = blocks_free of the last report minus the blocks of every request you sent to that replica "
+                     "since that report: the report does not count them yet (without that, a burst all goes to the "
+                     "same replica).")
+            if home is not None and got == home and waiting[home]:
+                hint = f"{waiting[home]} requests wait at home {home}: leave home when anybody waits there."
+            elif home is not None and got == home and sent[home] and room[home] < need <= room[home] + sent[home]:
+                hint = (f"home {home} reported {room[home] + sent[home]} free and you have sent it {sent[home]} blocks "
+                        f"since, so its room is {room[home]}: less than this request's need of {need}. Stay home only "
+                        f"when room(home) = reported free - blocks sent since >= need, and nobody waits there.")
+            elif home is not None and got == home:
+                hint = f"home {home} has room {room[home]}, less than the need of {need}: stay home only when " \
+                       "room(home) >= need AND nobody waits there."
+            elif home is not None and expected == home:
+                hint = "home has room for the whole need and nobody waits there: keep the prefix's home."
+            elif any(sent) and room[got] != room[expected]:
+                hint = since
+            else:
+                hint = "the most room wins; on equal room the fewer waiting, then the lower index."
+            fail(f"{situation}: the replica chosen", expected=expected, got=got, hint=hint)
+        sent[got] += need
+
+
+def _send_completions(url: str, bodies: list[dict]) -> list[tuple[int, str, str]]:
+    """POST every body to url/v1/completions at once; (status, x-course-replica header, error message) of each."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    def one(body: dict) -> tuple[int, str, str]:
+        response = httpx.post(f"{url}/v1/completions", json=body, timeout=60)
+        message = "" if response.status_code == 200 else response.text[:500]
+        return response.status_code, response.headers.get("x-course-replica", ""), message
+
+    with ThreadPoolExecutor(max_workers=len(bodies)) as pool:
+        return list(pool.map(one, bodies))
+
+
+@recorded_check
+def check_kv_router_live(KVAwareRouter, kv_load, num_blocks: int = 48) -> None:
+    """The student's balancer and reader inside the course's router, in front of two real replicas (tiny model).
+
+    Both replicas report (the router scrapes their /metrics once, through the student's kv_load,
+    when the first request comes), then a burst arrives at once: 2 documents (300 prompt tokens +
+    20, 20 blocks each) and 6 chats of two families (4 blocks each), each family's home a different
+    replica. No report comes during the burst, so only the blocks the balancer counts as sent keep
+    it from sending both documents to the same replica. Measured on the replicas: no preemption,
+    one document each, every chat at its family's home.
+    """
+    from course_lib.server.balancing import MetricsRouting
+    from course_lib.server.launch import start_server
+    from course_lib.server.models import tiny_random_model
+    from course_lib.server.router import start_router
+
+    require_own_implementation(KVAwareRouter, "KVAwareRouter")
+    require_own_implementation(kv_load, "kv_load")
+    rng = random.Random(7)
+    families = [[rng.randrange(1000, 40000) for _ in range(48)] for _ in range(2)]
+    documents = [[rng.randrange(1000, 40000) for _ in range(300)] for _ in range(2)]
+    bodies, expected_home = [], []
+    for index in range(8):
+        if index in (0, 3):
+            bodies.append({"prompt": documents[index // 3], "max_tokens": 20, "ignore_eos": True})
+            expected_home.append(None)
+        else:
+            family = index % 2
+            bodies.append({"prompt": families[family] + [rng.randrange(1000, 40000) for _ in range(8)],
+                           "max_tokens": 8, "ignore_eos": True})
+            expected_home.append(family)
+
+    def home(prompt_token_ids, outstanding):
+        """The check's own affinity: a chat's family lives on the replica of its number; documents have none."""
+        return next((family for family, prefix in enumerate(families) if prompt_token_ids[:48] == prefix), None)
+
+    balancer = call_student(KVAwareRouter, "KVAwareRouter", 2, block_size=16)
+    policy = MetricsRouting(balancer, kv_load, home=home, scrape_interval_s=None)
+    tokenizer = _tiny()[1]
+    servers = [start_server(*tiny_random_model(tokenizer, seed=seed), model_name="tiny", num_blocks=num_blocks,
+                            max_num_seqs=8, max_num_batched_tokens=512) for seed in (0, 1)]
+    try:
+        with start_router([server.url for server in servers], policy, tokenizer) as router:
+            results = _send_completions(router.url, bodies)
+        preemptions = [server.backend.state().num_preemptions for server in servers]
+    finally:
+        for server in servers:
+            server.stop()
+    for (status, _, message), body in zip(results, bodies):
+        check(status == 200, f"a request through the router with your balancer got HTTP {status}: {message}",
+              hint="the router reports what failed: your kv_load on a replica's real /metrics, or your "
+                   "KVAwareRouter's report or choose (a message naming them comes from your code).")
+    chosen = [int(replica) for _, replica, _ in results]
+    documents_per_replica = [sum(1 for c, h in zip(chosen, expected_home) if h is None and c == r) for r in (0, 1)]
+    expect_equal(documents_per_replica, [1, 1], "documents (20 blocks each) per replica, from one report of two "
+                 "empty replicas (48 blocks free each) and a burst", hint="after the first document the replica it "
+                 "went to has 20 blocks less room than its report says: count the blocks you sent since the report.")
+    away = [index for index, (c, h) in enumerate(zip(chosen, expected_home)) if h is not None and c != h]
+    check(not away, f"chats {away} left their home although it had room (need 4 blocks; a home holds at most one "
+          f"document of 20 and its family's 3 chats of 4, 32 of 48 blocks)",
+          hint="stay home when room(home) >= need and nobody waits there.")
+    expect_equal(preemptions, [0, 0], "preemptions on the two replicas during the burst",
+                 hint="a request sent where its blocks do not fit makes the engine preempt; room must count every "
+                      "block sent since the last report.")
