@@ -120,8 +120,9 @@ def test_kv_router_refuses_to_choose_before_every_replica_reported():
 @given(st.integers(1, 5), st.lists(st.tuples(st.integers(0, 200), st.integers(0, 3)), min_size=5, max_size=5),
        st.lists(st.tuples(st.integers(1, 600), st.integers(1, 200), st.one_of(st.none(), st.integers(0, 4))),
                 min_size=1, max_size=40))
-def test_kv_router_never_overcommits_a_report_while_another_replica_has_room(num_replicas, reports, requests):
-    """Between two reports, a replica gets more than its reported free blocks only when no replica had room."""
+def test_kv_router_prefers_home_then_the_shortest_queue_then_the_most_room(num_replicas, reports, requests):
+    """Between two reports: affinity while home has room and no queue; away from home, never a replica with a
+    longer queue than another's, and an overcommit only where no replica with as short a queue had more room."""
     router = KVAwareRouter(num_replicas, block_size=16)
     free = [reports[r][0] for r in range(num_replicas)]
     for replica in range(num_replicas):
@@ -132,10 +133,12 @@ def test_kv_router_never_overcommits_a_report_while_another_replica_has_room(num
         need = math.ceil((prompt_len + max_tokens) / 16)
         room = [f - s for f, s in zip(free, sent)]
         chosen = router.choose([3] * prompt_len, max_tokens, home)
-        if room[chosen] < need:  # an overcommit: only when it had the most room of all
-            assert room[chosen] == max(room)
-        if home is not None and room[home] >= need and reports[home][1] == 0:
+        waiting = [reports[r][1] for r in range(num_replicas)]
+        if home is not None and room[home] >= need and waiting[home] == 0:
             assert chosen == home  # affinity kept while home has room and nobody waits
+        else:
+            shortest = [r for r in range(num_replicas) if waiting[r] == min(waiting)]
+            assert chosen in shortest and room[chosen] == max(room[r] for r in shortest)
         sent[chosen] += need
     assert router.sent == sent
 

@@ -995,6 +995,9 @@ def kv_router_scripts() -> list[tuple[str, int, int, list]]:
         ("ties: equal room goes to fewer waiting, then the lower index", 3, 16,
          [("report", 0, load(40, waiting=1)), ("report", 1, load(40, waiting=0)), ("report", 2, load(40))]
          + [("choose", 15, 1, None), ("report", 1, load(40)), ("report", 2, load(40)), ("choose", 15, 1, None)]),
+        ("a queue everywhere: the fewest waiting wins, even with less room (waiting requests hold no blocks yet)",
+         2, 16, [("report", 0, load(100, waiting=3)), ("report", 1, load(20, waiting=1)), ("choose", 40, 8, None),
+                 ("choose", 40, 8, 0)]),
     ]
     for seed in range(3):  # graded only: random reports and requests
         rng = random.Random(200 + seed)
@@ -1010,7 +1013,7 @@ def kv_router_scripts() -> list[tuple[str, int, int, list]]:
     return scripts
 
 
-VISIBLE_KV_ROUTER_SCRIPTS = 6
+VISIBLE_KV_ROUTER_SCRIPTS = 7
 
 
 @recorded_check
@@ -1072,10 +1075,14 @@ def check_kv_router(KVAwareRouter, num_replicas: int, block_size: int, events, d
                        "room(home) >= need AND nobody waits there."
             elif home is not None and expected == home:
                 hint = "home has room for the whole need and nobody waits there: keep the prefix's home."
+            elif waiting[got] != waiting[expected]:
+                hint = (f"replica {expected} has fewer requests waiting ({waiting[expected]} against {waiting[got]}): "
+                        "away from home, the fewest waiting wins first (waiting requests hold no blocks yet, so a "
+                        "replica with a queue looks roomier than it is), then the most room, then the lower index.")
             elif any(sent) and room[got] != room[expected]:
                 hint = since
             else:
-                hint = "the most room wins; on equal room the fewer waiting, then the lower index."
+                hint = "among the replicas with the fewest waiting, the most room wins; then the lower index."
             fail(f"{situation}: the replica chosen", expected=expected, got=got, hint=hint)
         sent[got] += need
 

@@ -16,7 +16,8 @@ the router scrapes those reports, and a balancer routes each request to where it
   is already old when it arrives: without that correction every request of a burst would go to
   the same emptiest replica, the "herd" effect). The request goes to ``home``, the replica
   prefix affinity prefers (so its prefix cache hits), while home has room for it and nobody
-  waits there; otherwise to the replica with the most room.
+  waits there; otherwise to the replica with the fewest requests waiting and, among those, the
+  most room (waiting requests hold no blocks yet: a replica with a queue looks roomier than it is).
 - ``stranded_share(timeline, num_blocks, min_free_blocks)`` (Lab 0.5 chapter 6): how often a
   load-blind router strands KV capacity: requests wait on one replica while another has room;
 - ``MetricsRouting`` (platform): what the router (``course_lib.server.router``) runs for such a
@@ -87,7 +88,9 @@ class KVAwareRouter:
       2. room(r) = reported blocks_free of r - blocks sent to r since its last report;
       3. ``home`` (an int, or None when affinity has no preference) if room(home) >= need and
          home reports num_waiting == 0;
-      4. otherwise the replica with the most room; ties: fewest waiting, then the lowest index.
+      4. otherwise the replica with the fewest requests waiting, and among those the most room;
+         ties: the lowest index. (Waiting requests hold no blocks yet, so a replica with a queue
+         looks roomier than it is.)
     The chosen replica's sent blocks grow by need. Every replica must be reported before the first
     choose (ValueError otherwise).
     """
@@ -117,7 +120,7 @@ class KVAwareRouter:
         if home is not None and room[home] >= need and self.loads[home]["num_waiting"] == 0:
             chosen = home
         else:
-            chosen = min(range(self.num_replicas), key=lambda r: (-room[r], self.loads[r]["num_waiting"], r))
+            chosen = min(range(self.num_replicas), key=lambda r: (self.loads[r]["num_waiting"], -room[r], r))
         self.sent[chosen] += need
         return chosen
 

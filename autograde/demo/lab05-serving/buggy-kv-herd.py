@@ -33,7 +33,7 @@ class KVAwareRouter:
         room = [load["blocks_free"] for load in self.loads]
         if home is not None and room[home] >= need and self.loads[home]["num_waiting"] == 0:
             return home
-        return min(range(self.num_replicas), key=lambda replica: (-room[replica], self.loads[replica]["num_waiting"],
+        return min(range(self.num_replicas), key=lambda replica: (self.loads[replica]["num_waiting"], -room[replica],
                                                                   replica))
 ''',
 }

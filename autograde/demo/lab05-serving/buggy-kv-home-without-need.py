@@ -38,7 +38,7 @@ class KVAwareRouter:
             chosen = home  # home still has room
         else:
             chosen = min(range(self.num_replicas),
-                         key=lambda replica: (-room[replica], self.loads[replica]["num_waiting"], replica))
+                         key=lambda replica: (self.loads[replica]["num_waiting"], -room[replica], replica))
         self.sent[chosen] += need
         return chosen
 ''',
