@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -208,41 +207,50 @@ def build_router_app(replica_urls: Sequence[str], policy, tokenizer, *, policy_n
             await asyncio.sleep(2.0)  # the replica closed the stream or is down: try again
 
     async def scrape(index: int) -> None:
-        """Hand replica ``index``'s metrics to the policy (the caller holds ``choose_lock``)."""
-        if unacknowledged[index] and index in getattr(policy, "loads", {}):
-            return  # a request is on its way there: this report would not count it yet
+        """Fetch replica ``index``'s metrics, then hand them to the policy unless they are already out of date.
+
+        The fetch runs without the decision lock (a slow replica must not hold up routing); a report
+        is dropped when a request was sent to that replica during the fetch, or is still on its way
+        there, since the replica's numbers would not count it and the policy would forget it.
+        """
+        routed_before = app.state.routed[index]
         try:
-            response = await client().get(f"{replicas[index]}/metrics", timeout=5.0)
+            response = await client().get(f"{replicas[index]}/metrics", timeout=2.0)
             response.raise_for_status()
         except httpx.HTTPError as error:
             scrape_errors[index] = f"replica {index}'s /metrics did not answer: {error or type(error).__name__}"
             return
-        try:
-            await run_in_threadpool(policy.report_metrics, index, response.text)
-        except Exception as error:  # the policy is someone's code: report it where a decision needs it
-            scrape_errors[index] = f"reading replica {index}'s /metrics failed: {type(error).__name__}: {error}"
-            return
-        scrape_errors.pop(index, None)
+        async with choose_lock:
+            if app.state.routed[index] != routed_before or unacknowledged[index]:
+                return
+            try:
+                await run_in_threadpool(policy.report_metrics, index, response.text)
+            except Exception as error:  # the policy is someone's code: report it where a decision needs it
+                scrape_errors[index] = f"reading replica {index}'s /metrics failed: {type(error).__name__}: {error}"
+                return
+            scrape_errors.pop(index, None)
 
     async def scrape_all() -> None:
+        refresh = getattr(policy, "refresh_requested", None)
+        if refresh is not None:
+            refresh.clear()
         await asyncio.gather(*(scrape(index) for index in range(len(replicas))))
-        getattr(policy, "refresh_requested", threading.Event()).clear()
 
     async def scrape_forever() -> None:
         interval = getattr(policy, "scrape_interval_s", None)
+        refresh = getattr(policy, "refresh_requested", None)
         while True:
             await asyncio.sleep(interval or 0.01)
-            if interval or getattr(policy, "refresh_requested", threading.Event()).is_set():
-                async with choose_lock:
-                    await scrape_all()
+            if interval or (refresh is not None and refresh.is_set()):
+                await scrape_all()
 
     async def before_decision() -> None:
-        """With a metrics policy: scraping runs, and every replica has reported (or the request fails, saying why)."""
+        """With a metrics policy: scraping runs, every replica has reported, and a refresh the policy asked
+        for has happened (or the request fails, saying why). Runs before the decision lock is taken."""
         if "task" not in scraper or scraper["task"].done():
             scraper["task"] = asyncio.create_task(scrape_forever())
-        reported = getattr(policy, "loads", {})
         refresh = getattr(policy, "refresh_requested", None)
-        if len(reported) < len(replicas) or (refresh is not None and refresh.is_set()):
+        if len(getattr(policy, "loads", {})) < len(replicas) or (refresh is not None and refresh.is_set()):
             await scrape_all()
         missing = [index for index in range(len(replicas)) if index not in getattr(policy, "loads", {})]
         if missing:
@@ -250,10 +258,11 @@ def build_router_app(replica_urls: Sequence[str], policy, tokenizer, *, policy_n
                            headers={"Retry-After": "1"})
 
     async def choose(token_ids: list[int], max_tokens: int) -> int:
+        if by_metrics:
+            await before_decision()
         async with choose_lock:  # one decision at a time, each seeing the counts the previous left
             try:
                 if by_metrics:
-                    await before_decision()
                     replica = await run_in_threadpool(policy.choose_request, token_ids, max_tokens, list(outstanding))
                 else:
                     replica = await run_in_threadpool(policy.choose, token_ids, list(outstanding))
