@@ -83,6 +83,38 @@ def parse_stream(timed_lines):
             checks.check_parse_stream(ns["parse_stream"], lines, description)
 
 
+def visible_streams(parse_stream) -> None:
+    for description, lines in checks.crafted_streams():
+        checks.check_parse_stream(parse_stream, lines, description)
+
+
+@pytest.mark.parametrize("name, hint", [("buggy-sse-data-space-only", "without a space"),
+                                        ("buggy-sse-counts-after-done", "stop reading at 'data: [DONE]'")])
+def test_demo_sse_parsers_fail_a_visible_stream_with_a_hint_that_names_the_bug(name, hint):
+    ns = demo("01_metrics_from_the_wire", name)
+    with pytest.raises(CheckFailed, match="parse_stream") as failure:
+        visible_streams(ns["parse_stream"])
+    assert hint in str(failure.value) and "expected:" in str(failure.value) and "got:" in str(failure.value)
+    with pytest.raises(CheckFailed):  # the graded streams catch it too
+        for description, lines in checks.more_streams():
+            checks.check_parse_stream(ns["parse_stream"], lines, description)
+
+
+def test_the_graded_streams_pass_the_reference():
+    ns = student("01_metrics_from_the_wire")
+    for description, lines in checks.crafted_streams() + checks.more_streams():
+        checks.check_parse_stream(ns["parse_stream"], lines, description)
+    assert not ns["parse_stream"](checks.more_streams()[2][1])["done"]
+
+
+def test_a_parser_that_slices_six_characters_gets_the_json_hint():
+    source = answer_sources(LAB / "01_metrics_from_the_wire.ipynb")["parse_stream"].replace(
+        'payload = line[len("data:"):].strip()', "payload = line[6:]")
+    ns = student("01_metrics_from_the_wire", {"parse_stream": source})
+    with pytest.raises(CheckFailed, match="not JSON: take what follows 'data:'"):
+        visible_streams(ns["parse_stream"])
+
+
 def test_demo_tpot_all_tokens_fails_request_metrics_only():
     ns = demo("01_metrics_from_the_wire", "buggy-tpot-all-tokens")
     worked = {"chunk_times": [10.30, 10.35, 10.45], "text": "abc", "num_output_tokens": 4, "finish_reason": "length",
@@ -162,6 +194,47 @@ def test_arrivals_from_another_generator_fail_the_exact_comparison():
         checks.check_poisson_arrivals(student("02_load", {"poisson_arrival_times": source})["poisson_arrival_times"])
 
 
+def test_demo_in_flight_not_clipped_at_start_fails_the_visible_window_with_its_hint():
+    ns = demo("02_load", "buggy-in-flight-not-clipped-at-start")
+    worked = [{"sent_at": 0.0, "done_at": 2.0}, {"sent_at": 1.0, "done_at": 3.0}, {"sent_at": 3.0, "done_at": 6.0}]
+    checks.check_mean_in_flight(ns["mean_in_flight"], worked, 0.0, 4.0)  # nothing starts before 0
+    with pytest.raises(CheckFailed, match="mean_in_flight over") as failure:
+        checks.check_mean_in_flight(ns["mean_in_flight"], worked, 1.0, 5.0)
+    assert "max(sent_at, start)" in str(failure.value) and "expected: 1.25" in str(failure.value)
+    with pytest.raises(CheckFailed):
+        checks.check_mean_in_flight(ns["mean_in_flight"], checks.random_in_flight_records(1), 0.5, 4.5)  # hidden
+
+
+def test_mean_in_flight_without_the_end_clip_gets_its_own_hint():
+    source = answer_sources(LAB / "02_load.ipynb")["mean_in_flight"].replace('min(r["done_at"], end)', 'r["done_at"]')
+    ns = student("02_load", {"mean_in_flight": source})
+    worked = [{"sent_at": 0.0, "done_at": 2.0}, {"sent_at": 1.0, "done_at": 3.0}, {"sent_at": 3.0, "done_at": 6.0}]
+    with pytest.raises(CheckFailed, match="min\\(done_at, end\\)"):
+        checks.check_mean_in_flight(ns["mean_in_flight"], worked, 0.0, 4.0)
+
+
+@pytest.mark.parametrize("source, what", [
+    ("def poisson_arrival_times(rate_per_s, duration_s, seed):\n    return (0.5 * i for i in range(1, 5))\n",
+     "list of floats"),
+    ("import random\ndef poisson_arrival_times(rate_per_s, duration_s, seed):\n    rng = random.Random(seed)\n"
+     "    return [rng.uniform(0.1, duration_s) for _ in range(int(rate_per_s * duration_s))]\n", "should increase"),
+    ("import random\ndef poisson_arrival_times(rate_per_s, duration_s, seed):\n    rng = random.Random(seed)\n"
+     "    times, clock = [], rng.expovariate(rate_per_s)\n    while clock < duration_s + 1:\n"
+     "        times.append(clock)\n        clock += rng.expovariate(rate_per_s)\n    return times\n",
+     "lie in \\[0, duration_s\\)"),
+    ("import random\ndef poisson_arrival_times(rate_per_s, duration_s, seed):\n    rng = random.Random(seed)\n"
+     "    times, clock = [], rng.expovariate(rate_per_s)\n    while clock < duration_s:\n"
+     "        times.append(clock)\n        clock += rng.expovariate(rate_per_s)\n    return times\n",
+     "should raise ValueError"),
+])
+def test_every_poisson_failure_says_expected_got_and_a_hint(source, what):
+    ns = student("02_load", {"poisson_arrival_times": source})
+    with pytest.raises(CheckFailed, match=what) as failure:
+        checks.check_poisson_arrivals(ns["poisson_arrival_times"])
+    message = str(failure.value)
+    assert "expected:" in message and "got:" in message and "hint:" in message
+
+
 def test_demo_records_in_completion_order_fail():
     ns = demo("02_load", "buggy-records-in-completion-order")
     with pytest.raises(CheckFailed, match="schedule order"):
@@ -229,6 +302,13 @@ def test_demo_admission_floor_fails_a_visible_decision():
     with pytest.raises(CheckFailed, match="partial last block") as failure:
         visible_admission_decisions(ns["admission_policy"])
     assert "ceil" in str(failure.value)
+
+
+def test_demo_admission_429_before_400_fails_a_visible_decision_with_the_order_hint():
+    ns = demo("03_admission", "buggy-admission-429-before-400")
+    with pytest.raises(CheckFailed, match="400 rules come first") as failure:
+        visible_admission_decisions(ns["admission_policy"])
+    assert "expected: 400" in str(failure.value) and "got:      429" in str(failure.value)
 
 
 @pytest.mark.slow
@@ -335,13 +415,29 @@ def test_a_helper_in_the_functions_own_cell_travels_with_it():
     checks.check_transfer_in_engine(ns["pack_kv"], ns["unpack_kv"])
 
 
-def test_demo_helper_in_another_cell_fails_only_the_shipped_test():
-    ns = demo("05_disaggregation", "buggy-helper-in-another-cell")
-    checks.check_pack_kv(ns["pack_kv"], 0, [7, 2, 5], 10)
+def test_a_helper_in_another_cell_is_a_global_of_the_notebook_and_travels():
+    """What course check and the grader both run: the helper of pack_kv's cell reaches the decode side too."""
+    pack_cell = answer_sources(LAB / "05_disaggregation.ipynb")["pack_kv"].replace(
+        "def pack_kv(", "def token_slots(block_table, num_tokens, block_size):\n"
+        "    positions = torch.arange(num_tokens)\n"
+        "    return torch.as_tensor(list(block_table), dtype=torch.long)[positions // block_size], "
+        "positions % block_size\n\n\ndef pack_kv(")
+    unpack_cell = ("def unpack_kv(payload, storage, block_table):\n"
+                   "    blocks, offsets = token_slots(block_table, payload.shape[2], storage.shape[3])\n"
+                   "    storage[:, :, blocks, offsets] = payload\n    return storage\n")
+    ns = student("05_disaggregation", {"pack_kv": pack_cell, "unpack_kv": unpack_cell})
     checks.check_unpack_kv(ns["unpack_kv"], 0, [1, 9, 3], 10)
-    with pytest.raises(CheckFailed, match="token_slots") as failure:
+    checks.check_transfer_in_engine(ns["pack_kv"], ns["unpack_kv"])
+
+
+def test_demo_unpack_into_a_clone_fails_unpack_and_the_engine_with_the_in_place_hint():
+    ns = demo("05_disaggregation", "buggy-unpack-into-a-clone")
+    checks.check_pack_kv(ns["pack_kv"], 0, [7, 2, 5], 10)
+    with pytest.raises(CheckFailed, match="left storage unchanged: it returned the right pool, but in a copy") as failure:
+        checks.check_unpack_kv(ns["unpack_kv"], 0, [1, 9, 3], 10)
+    assert "not into storage.clone()" in str(failure.value)
+    with pytest.raises(CheckFailed, match="left the engine's pool unchanged"):
         checks.check_transfer_in_engine(ns["pack_kv"], ns["unpack_kv"])
-    assert "same cell" in str(failure.value)
 
 
 def test_unpack_that_ignores_the_table_fails():
@@ -377,3 +473,102 @@ async def open_loop(url, schedule):
     ns = student("02_load", {"open_loop": eager})
     with pytest.raises(CheckFailed, match="off schedule"):
         checks.check_open_loop(ns["open_loop"])
+
+
+# ----- chapter 6 ---------------------------------------------------------------------------------
+
+
+def visible_kv_router(router_class) -> None:
+    for description, num_replicas, block_size, events in checks.kv_router_scripts()[:checks.VISIBLE_KV_ROUTER_SCRIPTS]:
+        checks.check_kv_router(router_class, num_replicas, block_size, events, description)
+
+
+def test_chapter6_reference_passes_every_case():
+    ns = student("06_kv_aware_balancing")
+    for description, text in checks.kv_load_cases():
+        checks.check_kv_load(ns["kv_load"], text, description)
+    for description, timeline, num_blocks, min_free in checks.stranded_cases():
+        checks.check_stranded_share(ns["stranded_share"], timeline, num_blocks, min_free, description)
+    for description, num_replicas, block_size, events in checks.kv_router_scripts():
+        checks.check_kv_router(ns["KVAwareRouter"], num_replicas, block_size, events, description)
+
+
+@pytest.mark.slow
+def test_chapter6_reference_passes_live():
+    ns = student("06_kv_aware_balancing")
+    checks.check_kv_router_live(ns["KVAwareRouter"], ns["kv_load"])
+
+
+def test_demo_kv_herd_fails_the_burst_script_with_the_sent_blocks_hint():
+    ns = demo("06_kv_aware_balancing", "buggy-kv-herd")
+    with pytest.raises(CheckFailed, match="the replica chosen") as failure:
+        visible_kv_router(ns["KVAwareRouter"])
+    assert "worked example" in str(failure.value) and "blocks sent since >= need" in str(failure.value)
+    with pytest.raises(CheckFailed, match="since that report"):  # the burst script names the herd
+        checks.check_kv_router(ns["KVAwareRouter"], *checks.kv_router_scripts()[1][1:], checks.kv_router_scripts()[1][0])
+
+
+@pytest.mark.slow
+def test_demo_kv_herd_sends_both_documents_to_one_live_replica():
+    ns = demo("06_kv_aware_balancing", "buggy-kv-herd")
+    with pytest.raises(CheckFailed, match="documents \\(20 blocks each\\) per replica"):
+        checks.check_kv_router_live(ns["KVAwareRouter"], ns["kv_load"])
+
+
+def test_demo_kv_home_without_need_fails_the_long_request_script_only_there():
+    ns = demo("06_kv_aware_balancing", "buggy-kv-home-without-need")
+    with pytest.raises(CheckFailed, match="worked example") as failure:
+        visible_kv_router(ns["KVAwareRouter"])
+    assert "less than this request's need of 20" in str(failure.value)
+    description, num_replicas, block_size, events = checks.kv_router_scripts()[2]
+    with pytest.raises(CheckFailed, match="fewer than this long request needs") as failure:
+        checks.check_kv_router(ns["KVAwareRouter"], num_replicas, block_size, events, description)
+    assert "room(home) >= need" in str(failure.value)
+    for description, num_replicas, block_size, events in checks.kv_router_scripts()[1:2]:  # bursts without home
+        checks.check_kv_router(ns["KVAwareRouter"], num_replicas, block_size, events, description)
+
+
+KV_LOAD_MISTAKES = {
+    "substring search finds the # HELP line first": ("""    for line in metrics_text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = value
+    load = {}
+    for key, name in samples.items():
+        if name not in values:
+            raise ValueError(f"no sample {name} in the metrics")
+        load[key] = int(float(values[name]))
+    return load""", """    load = {}
+    for key, name in samples.items():
+        line = next((line for line in metrics_text.splitlines() if name in line), None)
+        if line is None:
+            raise ValueError(f"no sample {name} in the metrics")
+        load[key] = int(float(line.split()[-1]))
+    return load""", "'# HELP' or '# TYPE' line"),
+    "a missing sample read as 0": ("""        if name not in values:
+            raise ValueError(f"no sample {name} in the metrics")
+        load[key] = int(float(values[name]))""", """        load[key] = int(float(values.get(name, 0)))""", "do not default it to 0"),
+    "floats left as floats": ("load[key] = int(float(values[name]))", "load[key] = float(values[name])", "should be an int"),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(KV_LOAD_MISTAKES))
+def test_kv_load_mistakes_fail_a_visible_text_with_a_hint(mistake):
+    old, new, hint = KV_LOAD_MISTAKES[mistake]
+    original = answer_sources(LAB / "06_kv_aware_balancing.ipynb")["kv_load"]
+    assert old in original
+    ns = student("06_kv_aware_balancing", {"kv_load": original.replace(old, new)})
+    with pytest.raises(CheckFailed) as failure:
+        for description, text in checks.kv_load_cases()[:checks.VISIBLE_KV_LOAD_CASES]:
+            checks.check_kv_load(ns["kv_load"], text, description)
+    assert hint in str(failure.value)
+
+
+def test_stranded_share_that_counts_room_on_the_waiting_replica_fails_a_visible_case():
+    original = answer_sources(LAB / "06_kv_aware_balancing.ipynb")["stranded_share"]
+    old = " and other != replica"
+    assert old in original
+    ns = student("06_kv_aware_balancing", {"stranded_share": original.replace(old, "")})
+    with pytest.raises(CheckFailed, match="DIFFERENT replica"):
+        for description, timeline, num_blocks, min_free in checks.stranded_cases()[:checks.VISIBLE_STRANDED_CASES]:
+            checks.check_stranded_share(ns["stranded_share"], timeline, num_blocks, min_free, description)

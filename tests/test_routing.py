@@ -86,3 +86,95 @@ def test_round_robin_and_least_outstanding():
     assert LeastOutstanding(3).choose([1], [2, 1, 1]) == 1
     with pytest.raises(ValueError, match="outstanding"):
         LeastOutstanding(3).choose([1], [0, 0])
+
+
+# ----- KV-aware balancing (course_lib.server.balancing, Lab 0.5 chapter 6) ---------------------------
+
+from course_lib.server.balancing import KVAwareRouter, MetricsRouting, kv_load, stranded_share  # noqa: E402
+
+
+def _load(free: int, waiting: int = 0) -> dict:
+    return {"blocks_used": 64 - free, "blocks_free": free, "num_waiting": waiting, "num_running": 0, "preemptions": 0}
+
+
+def test_kv_router_worked_example_of_the_chapter():
+    router = KVAwareRouter(2)
+    router.report(0, _load(30))
+    router.report(1, _load(50))
+    prompt = [1] * 300
+    assert [router.choose(prompt, 20, 0) for _ in range(3)] == [0, 1, 1]
+    router.report(1, _load(50))  # a new report forgets what was sent to replica 1, not to replica 0
+    assert router.sent == [20, 0]
+
+
+def test_kv_router_refuses_to_choose_before_every_replica_reported():
+    router = KVAwareRouter(2)
+    router.report(0, _load(30))
+    with pytest.raises(ValueError, match=r"\[1\]"):
+        router.choose([1], 1, None)
+    with pytest.raises(ValueError, match="replica"):
+        router.report(2, _load(1))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 5), st.lists(st.tuples(st.integers(0, 200), st.integers(0, 3)), min_size=5, max_size=5),
+       st.lists(st.tuples(st.integers(1, 600), st.integers(1, 200), st.one_of(st.none(), st.integers(0, 4))),
+                min_size=1, max_size=40))
+def test_kv_router_prefers_home_then_the_shortest_queue_then_the_most_room(num_replicas, reports, requests):
+    """Between two reports: affinity while home has room and no queue; away from home, never a replica with a
+    longer queue than another's, and an overcommit only where no replica with as short a queue had more room."""
+    router = KVAwareRouter(num_replicas, block_size=16)
+    free = [reports[r][0] for r in range(num_replicas)]
+    for replica in range(num_replicas):
+        router.report(replica, _load(free[replica], reports[replica][1]))
+    sent = [0] * num_replicas
+    for prompt_len, max_tokens, home in requests:
+        home = None if home is None else home % num_replicas
+        need = math.ceil((prompt_len + max_tokens) / 16)
+        room = [f - s for f, s in zip(free, sent)]
+        chosen = router.choose([3] * prompt_len, max_tokens, home)
+        waiting = [reports[r][1] for r in range(num_replicas)]
+        if home is not None and room[home] >= need and waiting[home] == 0:
+            assert chosen == home  # affinity kept while home has room and nobody waits
+        else:
+            shortest = [r for r in range(num_replicas) if waiting[r] == min(waiting)]
+            assert chosen in shortest and room[chosen] == max(room[r] for r in shortest)
+        sent[chosen] += need
+    assert router.sent == sent
+
+
+def test_kv_load_agrees_with_prometheus_own_parser():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from course_lib.checks.serving import kv_load_cases
+    from course_lib.server.balancing import KV_METRICS
+
+    for description, text in kv_load_cases():
+        samples = {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
+        if all(name in samples for name in KV_METRICS.values()):
+            assert kv_load(text) == {key: int(samples[name]) for key, name in KV_METRICS.items()}, description
+        else:
+            with pytest.raises(ValueError, match="course_"):
+                kv_load(text)
+
+
+def test_stranded_share_counts_scrapes_with_waiting_here_and_room_elsewhere():
+    timeline = [(0, 0, 40, 0), (0, 1, 10, 0), (50, 0, 40, 2), (50, 1, 10, 0), (100, 0, 40, 3), (100, 1, 36, 0),
+                (150, 0, 20, 0), (150, 1, 20, 1)]
+    assert stranded_share(timeline, 40, 8) == 0.5
+    assert stranded_share([(0, 0, 10, 2), (0, 1, 40, 0)], 40, 8) == 0.0  # the free blocks are on the waiting one
+    assert stranded_share([], 40, 8) == 0.0
+
+
+def test_metrics_routing_parses_reports_and_asks_home():
+    from course_lib.checks.serving import _metrics_text
+
+    policy = MetricsRouting(KVAwareRouter(2), kv_load, home=lambda prompt, outstanding: 1)
+    policy.report_metrics(0, _metrics_text(10, 54, 0, 1, 0))
+    policy.report_metrics(1, _metrics_text(60, 4, 0, 3, 0))
+    assert policy.loads[1]["blocks_free"] == 4 and len(policy.history) == 2
+    assert policy.choose_request([5] * 20, 10, [0, 0]) == 1    # 2 blocks fit at home (4 free)
+    assert policy.choose_request([5] * 200, 10, [0, 1]) == 0   # 14 blocks do not: the most room
+    assert policy.choose([5] * 20, [1, 1]) == 0                # default max_tokens 16: 3 blocks > 2 left at home
+    with pytest.raises(ValueError, match="scrape_interval_s"):
+        MetricsRouting(KVAwareRouter(2), kv_load, scrape_interval_s=0)

@@ -335,3 +335,29 @@ def test_the_engine_view_of_a_router_shows_each_replica_and_its_choices(open_pag
             chat_log.check(router.url)
             page.context.close()   # before the servers stop, so no stream is cut off at shutdown
             chat.context.close()
+
+
+def test_the_engine_view_of_a_kv_aware_router_shows_the_free_blocks_it_routed_by(open_page):
+    from course_lib.server.balancing import KVAwareRouter, MetricsRouting, kv_load
+    from course_lib.server.launch import start_server
+    from course_lib.server.models import tiny_random_model
+    from course_lib.server.router import start_router
+
+    model, tokenizer = tiny_random_model()
+    policy = MetricsRouting(KVAwareRouter(2), kv_load)
+    with start_server(model, tokenizer, model_name="tiny", num_blocks=32) as first, \
+            start_server(model, tokenizer, model_name="tiny", num_blocks=48) as second:
+        with start_router([first.url, second.url], policy, tokenizer, policy_name="kv-aware") as router:
+            page, log = open_page(router.url + "/engine")
+            page.locator("#router").wait_for()
+            chat, chat_log = open_page(router.url + "/")
+            _settings(chat, max_tokens=4)
+            _ask(chat, "Where do my blocks go?")
+            page.wait_for_function("() => document.querySelectorAll('#routes tr').length >= 1")
+            assert page.locator("#kv-free-heading").is_visible()
+            assert "[32, 48]" in page.locator("#routes").inner_text()   # both pools, as last reported, idle
+            assert "free KV blocks each replica reports" in page.locator("#router-summary").inner_text()
+            log.check(router.url)
+            chat_log.check(router.url)
+            page.context.close()
+            chat.context.close()

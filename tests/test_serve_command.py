@@ -82,3 +82,36 @@ def test_serve_rejects_zero_replicas():
     result = subprocess.run([sys.executable, "-m", "course_lib.cli", "serve", "--replicas", "0"], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "--replicas" in result.stderr
+
+
+@pytest.mark.slow
+def test_serve_kv_aware_router_routes_by_reported_free_blocks():
+    port = free_port()
+    command = [sys.executable, "-m", "course_lib.cli", "serve", "--model", "tiny", "--replicas", "2",
+               "--router", "kv-aware", "--num-blocks", "48", "--port", str(port)]
+    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, timeout=300, process=server)
+        with httpx.stream("GET", f"{url}/engine/stream", timeout=30) as view:
+            answers = [httpx.post(f"{url}/v1/completions", json={"prompt": [7 + i] * 300, "max_tokens": 40,
+                                                                 "ignore_eos": True}, timeout=60) for i in range(2)]
+            routes = []
+            for line in view.iter_lines():
+                if line.startswith("data: ") and '"type":"route"' in line:
+                    routes.append(json.loads(line[6:]))
+                if len(routes) == 2:
+                    break
+        assert all(answer.status_code == 200 for answer in answers)
+        assert all(len(route["kv_free"]) == 2 and all(isinstance(free, int) for free in route["kv_free"])
+                   for route in routes)
+        assert httpx.get(f"{url}/server_info").json()["router"]["policy"] == "kv-aware"
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(60)
+
+
+def test_serve_lists_the_kv_aware_router():
+    result = subprocess.run([sys.executable, "-m", "course_lib.cli", "serve", "--help"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "kv-aware" in result.stdout

@@ -204,3 +204,51 @@ def test_a_load_test_record_holds_the_servers_refusal(server):
     assert fine["status"] == 200 and fine["num_output_tokens"] == 3 and len(fine["chunk_times"]) >= 1
     assert fine["finish_reason"] == "length" and fine["error"] is None
     assert fine["sent_at"] <= fine["chunk_times"][0] <= fine["done_at"]
+
+
+def test_metrics_report_free_kv_blocks(server):
+    samples = scrape(server.url)
+    assert samples["course_kv_blocks_free"] + samples["course_kv_blocks_used"] == samples["course_kv_blocks_total"]
+
+
+def test_router_balances_by_the_replicas_metrics(tiny):
+    """A metrics policy behind the router: every replica reports through kv_load before the first decision,
+    each decision sees the request's max_tokens, and the engine view's route events carry the free blocks."""
+    from course_lib.server.balancing import KVAwareRouter, MetricsRouting, kv_load
+    from course_lib.server.router import start_router
+
+    model, tokenizer = tiny
+    seen = []
+
+    class Recording(KVAwareRouter):
+        def choose(self, prompt_token_ids, max_tokens, home):
+            seen.append((len(prompt_token_ids), max_tokens, home, [load["blocks_free"] for load in self.loads]))
+            return super().choose(prompt_token_ids, max_tokens, home)
+
+    policy = MetricsRouting(Recording(2), kv_load, home=lambda prompt, outstanding: None, scrape_interval_s=0.05)
+    with start_server(model, tokenizer, model_name=MODEL, num_blocks=32) as first, \
+            start_server(model, tokenizer, model_name=MODEL, num_blocks=64) as second, \
+            start_router([first.url, second.url], policy, tokenizer, policy_name="kv-aware") as router:
+        answer = httpx.post(f"{router.url}/v1/completions", json={"prompt": [5] * 40, "max_tokens": 7}, timeout=30)
+        assert answer.status_code == 200 and answer.headers["x-course-replica"] == "1"  # 64 free beat 32
+        time.sleep(0.3)  # a few scrapes later
+        assert len(policy.history) >= 4 and set(policy.loads) == {0, 1}
+        info = httpx.get(f"{router.url}/server_info").json()
+    assert seen[0][:3] == (40, 7, None) and seen[0][3] == [32, 64]
+    assert info["router"]["policy"] == "kv-aware"
+
+
+def test_router_says_when_a_replicas_metrics_cannot_be_read(tiny):
+    from course_lib.server.balancing import KVAwareRouter, MetricsRouting
+    from course_lib.server.router import start_router
+
+    def broken(text):
+        raise KeyError("course_kv_blocks_free")
+
+    model, tokenizer = tiny
+    policy = MetricsRouting(KVAwareRouter(1), broken, scrape_interval_s=None)
+    with start_server(model, tokenizer, model_name=MODEL, num_blocks=32) as only, \
+            start_router([only.url], policy, tokenizer) as router:
+        answer = httpx.post(f"{router.url}/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=30)
+    assert answer.status_code == 503
+    assert "reading replica 0's /metrics failed: KeyError" in answer.json()["error"]["message"]

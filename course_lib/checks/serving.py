@@ -20,9 +20,11 @@ from course_lib.checks import (
     expect_close,
     expect_equal,
     fail,
+    hidden_check,
     make,
     register_reference_names,
     require_own_implementation,
+    short_repr,
     student_url,
 )
 from course_lib.checks.fixtures import recorded_check, reference
@@ -32,11 +34,13 @@ __all__ = [
     "check_mean_in_flight", "check_open_loop", "check_pack_kv", "check_parse_stream", "check_poisson_arrivals",
     "check_prefix_key", "check_prefix_router", "check_request_metrics", "check_transfer_in_engine",
     "check_unpack_kv", "crafted_streams", "live_stream", "random_in_flight_records",
+    "check_kv_load", "check_kv_router", "check_kv_router_live", "check_stranded_share", "kv_load_cases",
+    "kv_router_scripts", "more_streams", "stranded_cases",
 ]
 
 register_reference_names("parse_stream", "request_metrics", "histogram_quantile", "poisson_arrival_times",
                          "open_loop", "mean_in_flight", "admission_policy", "prefix_key", "HashRing",
-                         "PrefixAwareRouter", "pack_kv", "unpack_kv")
+                         "PrefixAwareRouter", "pack_kv", "unpack_kv", "kv_load", "KVAwareRouter", "stranded_share")
 
 
 def _wire():
@@ -80,7 +84,7 @@ def _timed(events, start=10.0, gap=0.05):
 
 
 def crafted_streams() -> list[tuple[str, list]]:
-    """(description, timed lines) pairs covering what real streams do."""
+    """(description, timed lines) pairs covering what real streams do: the visible test's streams."""
     return [
         ("completion: three text events, a finish event, usage, [DONE]",
          _timed([_completion(" The"), _completion(" sea"), _completion(" is"), _completion("", "length"), _usage(3),
@@ -97,21 +101,71 @@ def crafted_streams() -> list[tuple[str, list]]:
     ]
 
 
+def more_streams() -> list[tuple[str, list]]:
+    """Streams the graded test adds to ``crafted_streams()``: the same traps in other places."""
+    no_space = [("data:" + json.dumps(event),) for event in
+                (_chat({"role": "assistant"}), _chat({"content": "Bon"}), _chat({"content": "jour"}),
+                 _chat({}, "stop"), _usage(3))]
+    return [
+        ("chat: every event 'data:' without a space, a comment between two events",
+         _timed([no_space[0], ("",), no_space[1], ("",), (": ping",), no_space[2], ("",), no_space[3], ("",),
+                 no_space[4], ("",), ("data:[DONE]",)])),
+        ("chat: a text event and a usage after [DONE]",
+         _timed([_chat({"role": "assistant", "content": ""}), _chat({"content": "ok"}), _chat({}, "stop"), "[DONE]",
+                 _chat({"content": " more"}), _usage(9)])),
+        ("the stream stopped before [DONE] (done stays False)", _timed([_completion("cut"), _completion(" off")])),
+    ]
+
+
+def _misread_streams(timed_lines) -> list[tuple[list, str]]:
+    """The stream as two common misreadings of the protocol see it, each with the hint that names it.
+
+    A parser with one of these bugs returns exactly the reference's result on the altered stream,
+    which is how the check tells which bug it met. Only alterations that change the stream are listed.
+    """
+    variants = []
+    spaced = [(t, line) for t, line in timed_lines if not (line.startswith("data:") and not line.startswith("data: "))]
+    if len(spaced) != len(timed_lines):
+        variants.append((spaced, "a line may be 'data:' followed directly by the JSON, without a space: it is an "
+                                 "event all the same. Test line.startswith('data:') and strip what follows "
+                                 "('data: ' with the space misses it)."))
+    done_at = [index for index, (_, line) in enumerate(timed_lines) if line.replace(" ", "") == "data:[DONE]"]
+    if done_at and any(line.startswith("data:") for _, line in timed_lines[done_at[0] + 1:] if line not in
+                       ("data: [DONE]", "data:[DONE]")):
+        moved = ([item for index, item in enumerate(timed_lines) if index not in done_at]
+                 + [timed_lines[index] for index in done_at])
+        variants.append((moved, "stop reading at 'data: [DONE]' (break out of the loop): the events after it do not "
+                                "count, whatever they hold."))
+    return variants
+
+
+_STREAM_HINTS = {
+    "chunk_times": "one time per event whose text (completions) or delta content (chat) is non-empty: "
+                   "the role-only chat event and the empty finish event carry no token.",
+    "num_output_tokens": "take usage['completion_tokens'] from the event that has a usage; its choices list "
+                         "is empty.",
+    "done": "the stream ends at the line 'data: [DONE]'; nothing after it counts.",
+}
+_NOT_JSON_HINT = ("json.loads was given something that is not JSON: take what follows 'data:' with the spaces "
+                  "stripped (there may be none), and skip blank lines and comments (lines that start with ':').")
+
+
 @recorded_check
 def check_parse_stream(parse_stream, timed_lines, description: str = "") -> None:
-    """Compare a student's ``parse_stream`` with the reference on one stream."""
+    """Compare a student's ``parse_stream`` with the reference on one stream.
+
+    Where a field differs, the hint names the bug when the student's value is what a known
+    misreading of the protocol returns (``_misread_streams``), and says what the field holds otherwise.
+    """
     require_own_implementation(parse_stream, "parse_stream")
-    got = call_student(parse_stream, "parse_stream", timed_lines, show_args=False)
-    expected = reference(_wire().parse_stream)(timed_lines)
+    got = call_student(parse_stream, "parse_stream", timed_lines, show_args=False, hints={ValueError: _NOT_JSON_HINT})
+    reference_parse = reference(_wire().parse_stream)
+    expected = reference_parse(timed_lines)
+    misread = [(reference_parse(variant), hint) for variant, hint in _misread_streams(timed_lines)]
     check(isinstance(got, dict), f"parse_stream should return a dict, got {type(got).__name__}")
     for key in ("chunk_times", "text", "num_output_tokens", "finish_reason", "done"):
-        hint = {
-            "chunk_times": "one time per event whose text (completions) or delta content (chat) is non-empty: "
-                           "the role-only chat event and the empty finish event carry no token.",
-            "num_output_tokens": "take usage['completion_tokens'] from the event that has a usage; its choices list "
-                                 "is empty.",
-            "done": "the stream ends at the line 'data: [DONE]'; nothing after it counts.",
-        }.get(key)
+        hint = next((hint for result, hint in misread if got.get(key) == result[key] != expected[key]),
+                    _STREAM_HINTS.get(key))
         expect_equal(got.get(key), expected[key], f"parse_stream[{key!r}] for the stream: {description}", hint=hint)
 
 
@@ -175,26 +229,44 @@ def check_histogram_quantile(histogram_quantile, q: float, buckets, description:
 
 @recorded_check
 def check_poisson_arrivals(poisson_arrival_times) -> None:
-    """Statistical checks of a Poisson arrival process (measured on many seeds)."""
+    """Statistical checks of a Poisson arrival process (measured on many seeds).
+
+    Every failure says what was expected, what came back and a hint; the exact arrivals of seed 1
+    are compared with the reference's before the statistics, so a wrong formula is named there.
+    """
     from statistics import mean, pvariance
 
     require_own_implementation(poisson_arrival_times, "poisson_arrival_times")
+    call = "poisson_arrival_times(5.0, 20.0, seed=1)"
     first = call_student(poisson_arrival_times, "poisson_arrival_times", 5.0, 20.0, 1)
     again = call_student(poisson_arrival_times, "poisson_arrival_times", 5.0, 20.0, 1)
-    check(isinstance(first, list) and all(isinstance(t, float) for t in first),
-          "poisson_arrival_times should return a list of floats")
-    expect_equal(again, first, "the same seed should give the same arrivals", hint="use random.Random(seed).")
-    check(first == sorted(first) and all(0 <= t < 20.0 for t in first),
-          "arrival times should increase and lie in [0, duration_s)")
-    check(bool(first) and first[0] > 0, f"the first arrival should be the first gap after 0, not 0 itself; got "
-          f"{first[:3]} for rate 5/s, 20 s, seed 1",
-          hint="start the clock at the first draw, clock = rng.expovariate(rate_per_s), not at 0: a process that "
-               "starts at 0 puts an arrival at 0.0 in every run, which no Poisson process does.")
+    if not (isinstance(first, list) and all(isinstance(t, float) for t in first)):
+        fail(f"{call} should return a list of floats", expected="a list of floats, e.g. [0.035, 0.379, ...]",
+             got=first if not isinstance(first, list) else [type(t).__name__ for t in first[:5]],
+             hint="build a list and append each arrival time (a float: rng.expovariate returns one); do not return a "
+                  "generator, a numpy array or whole seconds.")
+    expect_equal(again, first, f"{call} called twice: the same seed should give the same arrivals",
+                 hint="make one random.Random(seed) inside the function and draw from it; the module-level "
+                      "random.expovariate shares one generator with everything else.")
+    outside = [t for t in first if not 0 <= t < 20.0]
+    if outside:
+        fail(f"{call}: every arrival should lie in [0, duration_s) = [0, 20)", expected="arrivals < 20.0",
+             got=outside[:3], hint="stop at the first arrival >= duration_s, and do not keep it.")
+    backwards = next((i for i in range(1, len(first)) if first[i] < first[i - 1]), None)
+    if backwards is not None:
+        fail(f"{call}: arrival times should increase", expected=f"arrival {backwards} >= {first[backwards - 1]}",
+             got=first[backwards - 1:backwards + 1],
+             hint="each arrival is the previous arrival + a gap (rng.expovariate(rate_per_s)), not a fresh draw.")
+    if not first or first[0] <= 0:
+        fail(f"{call}: the first arrival should be the first gap after 0, not 0 itself",
+             expected="a first arrival > 0 (the first rng.expovariate(5.0) draw)", got=first[:3],
+             hint="start the clock at the first draw, clock = rng.expovariate(rate_per_s), not at 0: a process that "
+                  "starts at 0 puts an arrival at 0.0 in every run, which no Poisson process does.")
     expected = reference(_loadtest().poisson_arrival_times)(5.0, 20.0, 1)
     if first != expected:
         where = next((i for i, (a, b) in enumerate(zip(first, expected)) if a != b), min(len(first), len(expected)))
-        fail("poisson_arrival_times(5.0, 20.0, seed=1) should be the running sums of "
-             f"random.Random(1).expovariate(5.0) draws; they differ from arrival {where} on",
+        fail(f"{call} should be the running sums of random.Random(1).expovariate(5.0) draws; they differ from "
+             f"arrival {where} on",
              expected=expected[where:where + 3], got=first[where:where + 3],
              hint="one Random(seed) for the whole call; each arrival = the previous one + rng.expovariate(rate_per_s); "
                   "stop at the first arrival >= duration_s (do not keep it).")
@@ -208,24 +280,31 @@ def check_poisson_arrivals(poisson_arrival_times) -> None:
     # Poisson: the count has mean = variance = rate * duration = 20; gaps are exponential with mean 1/4.
     expect_close(mean(counts), 20.0, "mean number of arrivals over 200 seeds (rate 4/s, 5 s)", rel=0.08,
                  hint="draw gaps with mean 1/rate until the clock passes duration_s.")
-    check(pvariance(counts) > 10.0, f"the number of arrivals should vary from seed to seed like a Poisson count "
-          f"(variance about 20); got variance {pvariance(counts):.2f}",
-          hint="do not fix the count at rate * duration: keep drawing gaps until the time runs out.")
-    expect_close(mean(gaps), 0.25, "mean gap between arrivals (rate 4/s)", rel=0.05)
+    if not pvariance(counts) > 10.0:
+        fail("the number of arrivals in 5 s at 4/s, over 200 seeds, should vary like a Poisson count",
+             expected="a variance of about 20 (Poisson: equal to the mean)", got=f"variance {pvariance(counts):.2f}",
+             hint="do not fix the count at rate * duration: keep drawing gaps until the time runs out.")
+    expect_close(mean(gaps), 0.25, "mean gap between arrivals (rate 4/s)", rel=0.05,
+                 hint="the gaps are rng.expovariate(rate_per_s) draws, whose mean is 1 / rate_per_s (expovariate takes "
+                      "the rate, not the mean gap).")
     spread = pvariance(gaps) ** 0.5
     expect_close(spread, 0.25, "standard deviation of the gaps (exponential: equal to the mean)", rel=0.12,
                  hint="gaps must be random exponential draws, not evenly spaced.")
     short = sum(1 for g in gaps if g < 0.25 * math.log(2)) / len(gaps)
-    expect_close(short, 0.5, "share of gaps shorter than the median ln(2)/rate", abs_=0.04)
+    expect_close(short, 0.5, "share of gaps shorter than the median ln(2)/rate", abs_=0.04,
+                 hint="exponential gaps: half of them are shorter than ln(2) / rate; draw each gap with "
+                      "rng.expovariate(rate_per_s), not from another distribution.")
     for rate, duration in ((0.0, 1.0), (1.0, 0.0), (-2.0, 3.0)):
+        what = f"poisson_arrival_times({rate}, {duration}, 0)"
+        hint = "check both arguments first: if not rate_per_s > 0 or not duration_s > 0: raise ValueError(...)"
         try:
-            poisson_arrival_times(rate, duration, 0)
+            result = poisson_arrival_times(rate, duration, 0)
         except ValueError:
             continue
         except Exception as error:  # noqa: BLE001
-            fail(f"poisson_arrival_times({rate}, {duration}, 0) raised {type(error).__name__}, expected ValueError",
-                 show_values=False)
-        fail(f"poisson_arrival_times({rate}, {duration}, 0) should raise ValueError", show_values=False)
+            fail(f"{what} should raise ValueError", expected="ValueError", got=f"{type(error).__name__} raised",
+                 hint=hint)
+        fail(f"{what} should raise ValueError", expected="ValueError", got=f"returned {short_repr(result)}", hint=hint)
 
 
 @recorded_check
@@ -299,14 +378,39 @@ def random_in_flight_records(seed: int, count: int = 12) -> list[dict]:
     return records
 
 
+def _in_flight_misreadings(records, start: float, end: float) -> list[tuple[float, str]]:
+    """What three common mistakes return on these records, each with the hint that names it.
+
+    Computed from the records with the mistake built in (none of them is the answer), so a student
+    value equal to one of them points at that mistake.
+    """
+    span = end - start
+    return [
+        (sum(max(0.0, min(r["done_at"], end) - r["sent_at"]) for r in records) / span,
+         "a request sent before the window starts counts only from start: clip its sent_at too, "
+         "max(sent_at, start), not only its done_at."),
+        (sum(max(0.0, r["done_at"] - max(r["sent_at"], start)) for r in records) / span,
+         "a request still in flight at the window's end counts only up to end: clip its done_at, min(done_at, end)."),
+        (sum(min(r["done_at"], end) - max(r["sent_at"], start) for r in records) / span,
+         "a request entirely outside the window overlaps it for 0 s, not a negative time: max(0.0, overlap)."),
+    ]
+
+
 @recorded_check
 def check_mean_in_flight(mean_in_flight, records, start: float, end: float) -> None:
     require_own_implementation(mean_in_flight, "mean_in_flight")
     got = call_student(mean_in_flight, "mean_in_flight", records, start, end, show_args=False)
     expected = reference(_loadtest().mean_in_flight)(records, start, end)
-    expect_close(got, expected, f"mean_in_flight over [{start}, {end}] of {len(records)} records", rel=1e-9, abs_=1e-12,
-                 hint="add up how long each request overlaps [start, end] (clip its [sent_at, done_at]), "
-                      "then divide by end - start.")
+    hint = "add up how long each request overlaps [start, end] (clip its [sent_at, done_at]), then divide by end - start."
+    try:
+        hint = next(h for value, h in _in_flight_misreadings(records, start, end)
+                    if math.isclose(float(got), value, rel_tol=1e-9, abs_tol=1e-12)
+                    and not math.isclose(value, expected, rel_tol=1e-9, abs_tol=1e-12))
+    except (StopIteration, TypeError, ValueError):
+        pass
+    shown = "" if hidden_check() else f" ({[(r['sent_at'], r['done_at']) for r in records]})"
+    expect_close(got, expected, f"mean_in_flight over [{start}, {end}] of {len(records)} records{shown}", rel=1e-9,
+                 abs_=1e-12, hint=hint)
 
 
 def _loadtest():
@@ -328,9 +432,10 @@ def _state(**fields) -> dict:
     return state
 
 
-VISIBLE_ADMISSION_CASES = 8
-"""The test cell shows the first 8 cases of ``admission_cases()``: one per rule, the chapter's worked
-example (waiting requests hold the budget) and both places where a partial block must round up."""
+VISIBLE_ADMISSION_CASES = 9
+"""The test cell shows the first 9 cases of ``admission_cases()``: one per rule, the chapter's worked
+example (waiting requests hold the budget), both places where a partial block must round up, and
+the rules' order (a request that can never run is a 400 even when the queue is full)."""
 
 
 def admission_cases() -> list[tuple[str, dict, dict, dict]]:
@@ -353,7 +458,11 @@ def admission_cases() -> list[tuple[str, dict, dict, dict]]:
         ("65 tokens need 5 blocks (a partial block counts), 96 are promised: 101 > 100",
          odd, _state(num_running=4, running_blocks=60, num_waiting=2, waiting_blocks=36), limits),
         ("running requests hold most of the budget", small, _state(num_running=8, running_blocks=97), limits),
+        ("a full queue and a request longer than the context: the 400 rules come first",
+         {"num_prompt_tokens": 3000, "max_tokens": 10}, _state(num_waiting=4, waiting_blocks=16), limits),
         # graded only
+        ("a full KV budget and a request that needs more blocks than the whole budget: 400 first",
+         {"num_prompt_tokens": 1200, "max_tokens": 500}, _state(num_running=6, running_blocks=99), limits),
         ("exactly the KV budget on an idle server", {"num_prompt_tokens": 1000, "max_tokens": 600}, _state(), limits),
         ("one place left in the queue", small, _state(num_waiting=3, waiting_blocks=12), limits),
         ("waiting requests alone fill the budget", small, _state(num_waiting=2, waiting_blocks=98), limits),
@@ -364,8 +473,6 @@ def admission_cases() -> list[tuple[str, dict, dict, dict]]:
         ("34 tokens with 98 promised: 3 blocks (2 if rounded down) > what is left",
          {"num_prompt_tokens": 30, "max_tokens": 4}, _state(num_running=1, running_blocks=58, num_waiting=1,
                                                             waiting_blocks=40), limits),
-        ("a full queue and a request that can never fit: 400 first",
-         {"num_prompt_tokens": 3000, "max_tokens": 10}, _state(num_waiting=4), limits),
         ("no queue at all (max_waiting 0)", small, _state(), {**limits, "max_waiting": 0}),
         ("block size 4: 10 tokens need 3 blocks, 8 of 10 are promised", {"num_prompt_tokens": 6, "max_tokens": 4},
          _state(block_size=4, num_running=2, running_blocks=8), {**limits, "kv_budget_blocks": 10}),
@@ -389,6 +496,10 @@ def check_admission_decision(admission_policy, request: dict, state: dict, limit
             429: "count the blocks promised to *every* admitted request, state['waiting_blocks'] + "
                  "state['running_blocks'], plus this one's, and the waiting queue against max_waiting;"
                  + rounding}[expected["status"]]
+    if expected["status"] == 400 and got["status"] == 429:
+        hint = ("the 400 rules come first: a request that could never run here is a 400 even when the server is full "
+                "now. Checking the queue or the budget first answers 429, and the client retries, forever, a request "
+                "that can never succeed.")
     expect_equal(got["status"], expected["status"], f"status for: {description}", hint=hint)
     if expected["status"] != 200:
         check(isinstance(got.get("message"), str) and got["message"],
@@ -613,11 +724,20 @@ def check_unpack_kv(unpack_kv, seed: int, block_table, num_tokens: int) -> None:
     payload = reference(reference_pack)(_random_pool(seed + 100), list(range(len(block_table))), num_tokens)
     receiver = _random_pool(seed)
     expected = reference(reference_unpack)(payload, receiver.clone(), list(block_table))
-    got = call_student(unpack_kv, "unpack_kv", payload, receiver, list(block_table), show_args=False)
-    check(torch.is_tensor(got), "unpack_kv should return the storage tensor it wrote into")
-    check(torch.equal(got, expected), f"after unpack_kv(table={list(block_table)}, {num_tokens} tokens) the pool differs "
-          "from the expected one", hint="write token p at storage[:, :, block_table[p // block_size], p % block_size] "
-          "and leave every other slot alone (other requests live there).")
+    before = receiver.clone()
+    # The receiver's own tensor, not a copy: the engine keeps reading the pool it passed in.
+    got = call_student(unpack_kv, "unpack_kv", payload, receiver, list(block_table), copy_args=False, show_args=False)
+    call = f"unpack_kv(payload, storage, table={list(block_table)}) with {num_tokens} tokens"
+    check(torch.is_tensor(got), f"{call} should return the storage tensor it wrote into, got {type(got).__name__}")
+    if torch.equal(receiver, before):
+        copied = tuple(got.shape) == tuple(receiver.shape) and torch.equal(got, expected)
+        fail(f"{call} left storage unchanged" + (": it returned the right pool, but in a copy" if copied else ""),
+             expected="storage written in place (and returned)", got="storage exactly as it was before the call",
+             hint="the engine keeps using the storage tensor it passed you and never looks at a new one: write into "
+                  "storage itself (storage[:, :, blocks, offsets] = payload), not into storage.clone(), and return it.")
+    check(torch.equal(receiver, expected), f"after {call} the pool differs from the expected one",
+          hint="write token p at storage[:, :, block_table[p // block_size], p % block_size] and leave every other "
+               "slot alone (other requests live there).")
 
 
 def _scramble_free_blocks(allocator) -> None:
@@ -631,12 +751,14 @@ def check_transfer_in_engine(pack_kv, unpack_kv, max_tokens: int = 8) -> None:
     """Prefill in one engine, ship with the student's functions, decode in another: same tokens as one engine.
 
     The functions are first sent the way the chapter's experiment sends them to its worker
-    processes (``course_lib.server.shipping``: rebuilt from the source of the cell that defines
-    them, in a fresh namespace), so one that only works with the rest of the notebook around it
-    fails here, with the reason, not in the experiment. Both engines run in this process with the
+    processes (``course_lib.server.shipping``: rebuilt in a fresh namespace from the source of the
+    cell that defines them and of what they read from the rest of the notebook), so one that
+    cannot run there fails here, with the reason, not in the experiment. Both engines run in this process with the
     tiny model; the importing engine gets the payload only through ``unpack_kv``, so wrong KV
     changes the continuation.
     """
+    import torch
+
     from course_lib.engine import LLMEngine
     from course_lib.sampling import SamplingParams
     from course_lib.server.disaggregated import _ExportingAllocator, _ImportingAllocator
@@ -644,8 +766,9 @@ def check_transfer_in_engine(pack_kv, unpack_kv, max_tokens: int = 8) -> None:
 
     require_own_implementation(pack_kv, "pack_kv")
     require_own_implementation(unpack_kv, "unpack_kv")
-    ship_hint = ("the experiment sends each function to its worker process as the source of the cell that defines "
-                 "it (imports, functions, classes, constants): define every helper it calls in that same cell.")
+    ship_hint = ("the experiment sends each function to its worker process as source: the definitions of its cell and "
+                 "what it reads from the rest of the notebook (functions, classes, imports, values that can be "
+                 "copied). Pass anything else it needs as an argument, or compute it inside the function.")
     pack_kv = call_student(make, "sending pack_kv to a worker process", shipped_copy, pack_kv, copy_args=False,
                            show_args=False, hints={Exception: ship_hint})
     unpack_kv = call_student(make, "sending unpack_kv to a worker process", shipped_copy, unpack_kv, copy_args=False,
@@ -674,9 +797,18 @@ def check_transfer_in_engine(pack_kv, unpack_kv, max_tokens: int = 8) -> None:
                                         model.config.head_dim), "shape of the payload pack_kv sent",
                  hint="exactly the prompt's tokens: the empty tail of the last block stays home.")
 
-    receiver = _ImportingAllocator(32, 4, unpack=lambda *a: call_student(unpack_kv, "unpack_kv", *a, copy_args=False,
-                                                                         hints={MissingName: ship_hint},
-                                                                         show_args=False))
+    def student_unpack(payload, storage, table):
+        before = storage.clone()
+        result = call_student(unpack_kv, "unpack_kv", payload, storage, table, copy_args=False,
+                              hints={MissingName: ship_hint}, show_args=False)
+        if torch.equal(storage, before):
+            fail("in the decode engine, your unpack_kv left the engine's pool unchanged", expected="the payload "
+                 "written into the pool's blocks, in place", got="the pool exactly as it was before the call",
+                 hint="the engine reads only the storage tensor it passes in, never the one you return: write into "
+                      "storage itself, not into a clone.")
+        return result
+
+    receiver = _ImportingAllocator(32, 4, unpack=student_unpack)
     decode = LLMEngine(model, tokenizer, allocator=receiver)
     receiver.kv_cache = decode.kv_cache
     _scramble_free_blocks(receiver)
@@ -692,3 +824,345 @@ def check_transfer_in_engine(pack_kv, unpack_kv, max_tokens: int = 8) -> None:
                       "and your unpack_kv wrote. Compare your functions on one block table by hand.")
     check(decode.stats.num_batched_tokens == max_tokens - 1, f"the decode engine ran {decode.stats.num_batched_tokens} "
           f"tokens; with the prompt's KV shipped it should run only the {max_tokens - 1} decode steps")
+
+
+# =============================================================================================
+# Chapter 6: KV-cache-aware balancing
+# =============================================================================================
+
+
+def _balancing():
+    from course_lib.server import balancing
+
+    return balancing
+
+
+def _metrics_text(used: int, free: int, waiting: int, running: int, preemptions: int, *, extra: str = "") -> str:
+    """A replica's /metrics as the course's server writes it (trimmed): the KV samples among others."""
+    return (
+        "# HELP course_time_to_first_token_seconds Arrival to first token, seconds.\n"
+        "# TYPE course_time_to_first_token_seconds histogram\n"
+        'course_time_to_first_token_seconds_bucket{le="0.1"} 4.0\n'
+        'course_time_to_first_token_seconds_bucket{le="+Inf"} 9.0\n'
+        "course_time_to_first_token_seconds_count 9.0\n"
+        "course_time_to_first_token_seconds_sum 2.25\n"
+        "# HELP course_num_requests_waiting Requests admitted and waiting for a place in the batch.\n"
+        "# TYPE course_num_requests_waiting gauge\n"
+        f"course_num_requests_waiting {float(waiting)}\n"
+        "# HELP course_num_requests_running Requests in the batch (holding KV blocks).\n"
+        "# TYPE course_num_requests_running gauge\n"
+        f"course_num_requests_running {float(running)}\n"
+        "# HELP course_kv_blocks_total KV-cache blocks in the pool.\n"
+        "# TYPE course_kv_blocks_total gauge\n"
+        f"course_kv_blocks_total {float(used + free)}\n"
+        "# HELP course_kv_blocks_used KV-cache blocks held by running requests.\n"
+        "# TYPE course_kv_blocks_used gauge\n"
+        f"course_kv_blocks_used {float(used)}\n"
+        "# HELP course_kv_blocks_free KV-cache blocks a new request could take now.\n"
+        "# TYPE course_kv_blocks_free gauge\n"
+        f"course_kv_blocks_free {float(free)}\n"
+        "# HELP course_kv_cache_usage_ratio Share of the KV pool in use (0 to 1).\n"
+        "# TYPE course_kv_cache_usage_ratio gauge\n"
+        f"course_kv_cache_usage_ratio {used / max(1, used + free)}\n"
+        "# HELP course_num_preemptions_total Requests preempted (KV freed, recomputed later).\n"
+        "# TYPE course_num_preemptions_total counter\n"
+        f"course_num_preemptions_total {float(preemptions)}\n" + extra)
+
+
+def kv_load_cases() -> list[tuple[str, str]]:
+    """(description, metrics text) for ``check_kv_load``: the visible ones first (``VISIBLE_KV_LOAD_CASES``)."""
+    busy = _metrics_text(37, 3, 2, 5, 4)
+    return [
+        ("the worked example: a busy replica", busy),
+        ("an idle replica (every count 0)", _metrics_text(0, 64, 0, 0, 0)),
+        ("a large pool: values past a thousand", _metrics_text(1500, 2596, 12, 30, 1041)),
+        ("course_kv_blocks_free missing (an old server): ValueError", busy.replace("course_kv_blocks_free 3.0\n", "")),
+        # graded only
+        ("the samples in another order, labelled histograms between them",
+         "\n".join(reversed(_metrics_text(9, 55, 1, 3, 0).splitlines())) + "\n"),
+        ("the preemption counter missing: ValueError", busy.replace("course_num_preemptions_total 4.0\n", "")),
+        ("more metrics after the KV samples", _metrics_text(20, 44, 0, 4, 2, extra=(
+            "# HELP course_request_success_total Requests finished, by finish reason.\n"
+            "# TYPE course_request_success_total counter\n"
+            'course_request_success_total{finish_reason="length"} 7.0\n'))),
+    ]
+
+
+VISIBLE_KV_LOAD_CASES = 4
+
+_KV_LOAD_HINTS = {
+    ValueError: "float() got something that is not a number: a '# HELP' or '# TYPE' line mentions the same names; "
+                "skip lines that start with '#', and split a sample line into its name and its value.",
+}
+
+
+@recorded_check
+def check_kv_load(kv_load, metrics_text: str, description: str = "") -> None:
+    """Compare a student's ``kv_load`` with the reference on one replica's metrics text."""
+    require_own_implementation(kv_load, "kv_load")
+    try:
+        expected = reference(_balancing().kv_load)(metrics_text)
+    except ValueError:
+        expected = None  # a sample is missing: the student's must raise ValueError too
+    if expected is None:
+        try:
+            got = kv_load(metrics_text)
+        except ValueError:
+            return
+        except Exception as error:  # noqa: BLE001 - any other type is the wrong one
+            fail(f"kv_load for {description} should raise ValueError", expected="ValueError",
+                 got=f"{type(error).__name__} raised",
+                 hint="when one of the five samples is not in the text, raise ValueError naming it.")
+        fail(f"kv_load for {description} should raise ValueError (a sample it needs is not in the text)",
+             expected="ValueError", got=got,
+             hint="look each sample up by its exact name and raise ValueError naming the one that is missing; "
+                  "do not default it to 0, a router would read an old server as an empty one.")
+    got = call_student(kv_load, "kv_load", metrics_text, show_args=False, hints=_KV_LOAD_HINTS)
+    check(isinstance(got, dict), f"kv_load should return a dict, got {type(got).__name__}")
+    for key, sample in _balancing().KV_METRICS.items():
+        value = got.get(key)
+        expect_equal(value, expected[key], f"kv_load(...)[{key!r}] for {description}",
+                     hint=f"the value of the sample named exactly {sample} (not a line that only starts with those "
+                          f"letters or mentions them), as an int: the text writes {float(expected[key])!r}.")
+        check(type(value) is int, f"kv_load(...)[{key!r}] should be an int, got {type(value).__name__}",
+              hint="the text writes every value as a float (12.0): convert with int(float(value)).")
+
+
+def stranded_cases() -> list[tuple[str, list, int, int]]:
+    """(description, timeline, num_blocks, min_free_blocks) for ``check_stranded_share``; visible ones first."""
+    worked = [(0, 0, 40, 0), (0, 1, 10, 0), (50, 0, 40, 2), (50, 1, 10, 0), (100, 0, 40, 3), (100, 1, 36, 0),
+              (150, 0, 20, 0), (150, 1, 20, 1)]
+    same = [(0, 0, 10, 2), (0, 1, 40, 0), (50, 0, 40, 1), (50, 1, 40, 0)]
+    edge = [(0, 0, 30, 1), (0, 1, 34, 0), (10, 0, 30, 1), (10, 1, 35, 0)]
+    rng = random.Random(11)
+    graded = []
+    for seed in range(3):
+        rng = random.Random(100 + seed)
+        replicas = 2 + seed
+        graded.append((f"{replicas} replicas, 30 scrapes (seed {seed})",
+                       [(50 * t, r, rng.randrange(0, 41), rng.choice([0, 0, 0, 1, 3])) for t in range(30)
+                        for r in range(replicas)], 40, 6))
+    return [
+        ("the worked example", worked, 40, 8),
+        ("free blocks on the replica that has the queue do not count", same, 40, 8),
+        ("exactly min_free_blocks free counts as room", edge, 40, 6),
+        ("no scrape at all", [], 40, 8),
+        # graded only
+        *graded,
+        ("three replicas, room only on the waiting one", [(0, 0, 0, 4), (0, 1, 40, 0), (0, 2, 40, 2)], 40, 41),
+    ]
+
+
+VISIBLE_STRANDED_CASES = 4
+
+
+@recorded_check
+def check_stranded_share(stranded_share, timeline, num_blocks: int, min_free_blocks: int, description: str = "") -> None:
+    require_own_implementation(stranded_share, "stranded_share")
+    timeline = [tuple(report) for report in timeline]
+    got = call_student(stranded_share, "stranded_share", timeline, num_blocks, min_free_blocks, show_args=False)
+    expected = reference(_balancing().stranded_share)(timeline, num_blocks, min_free_blocks)
+    shown = "" if hidden_check() or len(timeline) > 12 else f" {timeline}"
+    expect_close(got, expected, f"stranded_share for {description} (num_blocks={num_blocks}, min_free_blocks="
+                 f"{min_free_blocks}){shown}", rel=1e-9, abs_=1e-12,
+                 hint="group the reports by their time (one scrape); a scrape is stranded when a replica with "
+                      "num_waiting > 0 and a DIFFERENT replica with num_blocks - blocks_used >= min_free_blocks are "
+                      "both in it; divide the stranded scrapes by all scrapes (0.0 when there are none).")
+
+
+def kv_router_scripts() -> list[tuple[str, int, int, list]]:
+    """(description, num_replicas, block_size, events) for ``check_kv_router``; the visible ones first.
+
+    Events: ("report", replica, load) and ("choose", prompt length, max_tokens, home).
+    """
+    def load(free: int, waiting: int = 0, used: int = 0) -> dict:
+        return {"blocks_used": used, "blocks_free": free, "num_waiting": waiting, "num_running": 1 if used else 0,
+                "preemptions": 0}
+
+    both = [("report", 0, load(30, used=34)), ("report", 1, load(50, used=14))]
+    scripts = [
+        ("the worked example: 300 + 20 tokens need 20 blocks, three times with no report between", 2, 16,
+         both + [("choose", 300, 20, 0), ("choose", 300, 20, 0), ("choose", 300, 20, 0)]),
+        ("a burst of 6 requests between two reports: each one's blocks count against the replica it went to", 2, 16,
+         [("report", 0, load(64)), ("report", 1, load(64))] + [("choose", 200, 40, None)] * 6),
+        ("home has free blocks, but fewer than this long request needs", 2, 16,
+         both + [("choose", 40, 8, 0), ("choose", 600, 100, 0)]),
+        ("requests wait at home: go elsewhere even though home has room", 2, 16,
+         [("report", 0, load(60, waiting=2)), ("report", 1, load(20))] + [("choose", 30, 10, 0)]),
+        ("a new report replaces the old one and forgets what was sent before it", 2, 16,
+         both + [("choose", 300, 20, 1), ("choose", 300, 20, 1), ("report", 1, load(50, used=14)),
+                 ("choose", 300, 20, 1)]),
+        ("ties: equal room goes to fewer waiting, then the lower index", 3, 16,
+         [("report", 0, load(40, waiting=1)), ("report", 1, load(40, waiting=0)), ("report", 2, load(40))]
+         + [("choose", 15, 1, None), ("report", 1, load(40)), ("report", 2, load(40)), ("choose", 15, 1, None)]),
+        ("a queue everywhere: the fewest waiting wins, even with less room (waiting requests hold no blocks yet)",
+         2, 16, [("report", 0, load(100, waiting=3)), ("report", 1, load(20, waiting=1)), ("choose", 40, 8, None),
+                 ("choose", 40, 8, 0)]),
+    ]
+    for seed in range(3):  # graded only: random reports and requests
+        rng = random.Random(200 + seed)
+        replicas = 3 + seed % 2
+        events: list = [("report", r, load(rng.randrange(0, 120), rng.choice([0, 0, 1]))) for r in range(replicas)]
+        for _ in range(40):
+            if rng.random() < 0.25:
+                events.append(("report", rng.randrange(replicas), load(rng.randrange(0, 120), rng.choice([0, 0, 1, 2]))))
+            else:
+                events.append(("choose", rng.randrange(1, 900), rng.randrange(1, 200),
+                               rng.choice([None, *range(replicas)])))
+        scripts.append((f"random reports and requests on {replicas} replicas (seed {seed})", replicas, 16, events))
+    return scripts
+
+
+VISIBLE_KV_ROUTER_SCRIPTS = 7
+
+
+@recorded_check
+def check_kv_router(KVAwareRouter, num_replicas: int, block_size: int, events, description: str = "") -> None:
+    """Replay a script of reports and requests on the student's balancer and the reference; every choice must match."""
+    require_own_implementation(KVAwareRouter, "KVAwareRouter")
+    ref_router = reference(_balancing().KVAwareRouter)(num_replicas, block_size=block_size)
+    router = call_student(KVAwareRouter, "KVAwareRouter", num_replicas, block_size=block_size)
+    try:
+        ref_router.choose([1] * 8, 8, None)
+        refuses = False
+    except ValueError:
+        refuses = True
+    if refuses:
+        fresh = call_student(KVAwareRouter, "KVAwareRouter", num_replicas, block_size=block_size)
+        try:
+            fresh.choose([1] * 8, 8, None)
+        except ValueError:
+            pass
+        except Exception as error:  # noqa: BLE001
+            fail("choose before any report should raise ValueError", expected="ValueError",
+                 got=f"{type(error).__name__} raised", hint="check that every replica has reported first.")
+        else:
+            fail("choose before any report should raise ValueError", expected="ValueError", got="a replica index",
+                 hint="a replica that never reported is unknown: refuse to guess (raise ValueError).")
+    reported: dict[int, dict] = {}
+    sent = [0] * num_replicas
+    for step, event in enumerate(events):
+        if event[0] == "report":
+            _, replica, load = event
+            call_student(router.report, "report", replica, dict(load), show_args=False)
+            ref_router.report(replica, dict(load))
+            reported[replica], sent[replica] = dict(load), 0
+            continue
+        _, prompt_len, max_tokens, home = event
+        prompt = [7] * prompt_len
+        need = math.ceil((prompt_len + max_tokens) / block_size)
+        got = call_student(router.choose, "choose", prompt, max_tokens, home, show_args=False)
+        expected = ref_router.choose(prompt, max_tokens, home)
+        room = [reported[r]["blocks_free"] - sent[r] for r in range(num_replicas)]
+        waiting = [reported[r]["num_waiting"] for r in range(num_replicas)]
+        situation = (f"{description}, request {step}: {prompt_len} prompt tokens + max_tokens {max_tokens} = need "
+                     f"{need} blocks, home {home}; blocks free as reported {[reported[r]['blocks_free'] for r in range(num_replicas)]}, "
+                     f"blocks sent since each report {sent}, so room {room}; waiting {waiting}")
+        check(isinstance(got, int) and not isinstance(got, bool) and 0 <= got < num_replicas,
+              f"{situation}: choose returned {got!r}, not a replica index")
+        if got != expected:
+            since = ("room = blocks_free of the last report minus the blocks of every request you sent to that replica "
+                     "since that report: the report does not count them yet (without that, a burst all goes to the "
+                     "same replica).")
+            if home is not None and got == home and waiting[home]:
+                hint = f"{waiting[home]} requests wait at home {home}: leave home when anybody waits there."
+            elif home is not None and got == home and sent[home] and room[home] < need <= room[home] + sent[home]:
+                hint = (f"home {home} reported {room[home] + sent[home]} free and you have sent it {sent[home]} blocks "
+                        f"since, so its room is {room[home]}: less than this request's need of {need}. Stay home only "
+                        f"when room(home) = reported free - blocks sent since >= need, and nobody waits there.")
+            elif home is not None and got == home:
+                hint = f"home {home} has room {room[home]}, less than the need of {need}: stay home only when " \
+                       "room(home) >= need AND nobody waits there."
+            elif home is not None and expected == home:
+                hint = "home has room for the whole need and nobody waits there: keep the prefix's home."
+            elif waiting[got] != waiting[expected]:
+                hint = (f"replica {expected} has fewer requests waiting ({waiting[expected]} against {waiting[got]}): "
+                        "away from home, the fewest waiting wins first (waiting requests hold no blocks yet, so a "
+                        "replica with a queue looks roomier than it is), then the most room, then the lower index.")
+            elif any(sent) and room[got] != room[expected]:
+                hint = since
+            else:
+                hint = "among the replicas with the fewest waiting, the most room wins; then the lower index."
+            fail(f"{situation}: the replica chosen", expected=expected, got=got, hint=hint)
+        sent[got] += need
+
+
+def _send_completions(url: str, bodies: list[dict]) -> list[tuple[int, str, str]]:
+    """POST every body to url/v1/completions at once; (status, x-course-replica header, error message) of each."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    def one(body: dict) -> tuple[int, str, str]:
+        response = httpx.post(f"{url}/v1/completions", json=body, timeout=60)
+        message = "" if response.status_code == 200 else response.text[:500]
+        return response.status_code, response.headers.get("x-course-replica", ""), message
+
+    with ThreadPoolExecutor(max_workers=len(bodies)) as pool:
+        return list(pool.map(one, bodies))
+
+
+@recorded_check
+def check_kv_router_live(KVAwareRouter, kv_load, num_blocks: int = 48) -> None:
+    """The student's balancer and reader inside the course's router, in front of two real replicas (tiny model).
+
+    Both replicas report (the router scrapes their /metrics once, through the student's kv_load,
+    when the first request comes), then a burst arrives at once: 2 documents (300 prompt tokens +
+    20, 20 blocks each) and 6 chats of two families (4 blocks each), each family's home a different
+    replica. No report comes during the burst, so only the blocks the balancer counts as sent keep
+    it from sending both documents to the same replica. Measured on the replicas: no preemption,
+    one document each, every chat at its family's home.
+    """
+    from course_lib.server.balancing import MetricsRouting
+    from course_lib.server.launch import start_server
+    from course_lib.server.models import tiny_random_model
+    from course_lib.server.router import start_router
+
+    require_own_implementation(KVAwareRouter, "KVAwareRouter")
+    require_own_implementation(kv_load, "kv_load")
+    rng = random.Random(7)
+    families = [[rng.randrange(1000, 40000) for _ in range(48)] for _ in range(2)]
+    documents = [[rng.randrange(1000, 40000) for _ in range(300)] for _ in range(2)]
+    bodies, expected_home = [], []
+    for index in range(8):
+        if index in (0, 3):
+            bodies.append({"prompt": documents[index // 3], "max_tokens": 20, "ignore_eos": True})
+            expected_home.append(None)
+        else:
+            family = index % 2
+            bodies.append({"prompt": families[family] + [rng.randrange(1000, 40000) for _ in range(8)],
+                           "max_tokens": 8, "ignore_eos": True})
+            expected_home.append(family)
+
+    def home(prompt_token_ids, outstanding):
+        """The check's own affinity: a chat's family lives on the replica of its number; documents have none."""
+        return next((family for family, prefix in enumerate(families) if prompt_token_ids[:48] == prefix), None)
+
+    balancer = call_student(KVAwareRouter, "KVAwareRouter", 2, block_size=16)
+    policy = MetricsRouting(balancer, kv_load, home=home, scrape_interval_s=None)
+    tokenizer = _tiny()[1]
+    servers = [start_server(*tiny_random_model(tokenizer, seed=seed), model_name="tiny", num_blocks=num_blocks,
+                            max_num_seqs=8, max_num_batched_tokens=512) for seed in (0, 1)]
+    try:
+        with start_router([server.url for server in servers], policy, tokenizer) as router:
+            results = _send_completions(router.url, bodies)
+        preemptions = [server.backend.state().num_preemptions for server in servers]
+    finally:
+        for server in servers:
+            server.stop()
+    for (status, _, message), body in zip(results, bodies):
+        check(status == 200, f"a request through the router with your balancer got HTTP {status}: {message}",
+              hint="the router reports what failed: your kv_load on a replica's real /metrics, or your "
+                   "KVAwareRouter's report or choose (a message naming them comes from your code).")
+    chosen = [int(replica) for _, replica, _ in results]
+    documents_per_replica = [sum(1 for c, h in zip(chosen, expected_home) if h is None and c == r) for r in (0, 1)]
+    expect_equal(documents_per_replica, [1, 1], "documents (20 blocks each) per replica, from one report of two "
+                 "empty replicas (48 blocks free each) and a burst", hint="after the first document the replica it "
+                 "went to has 20 blocks less room than its report says: count the blocks you sent since the report.")
+    away = [index for index, (c, h) in enumerate(zip(chosen, expected_home)) if h is not None and c != h]
+    check(not away, f"chats {away} left their home although it had room (need 4 blocks; a home holds at most one "
+          f"document of 20 and its family's 3 chats of 4, 32 of 48 blocks)",
+          hint="stay home when room(home) >= need and nobody waits there.")
+    expect_equal(preemptions, [0, 0], "preemptions on the two replicas during the burst",
+                 hint="a request sent where its blocks do not fit makes the engine preempt; room must count every "
+                      "block sent since the last report.")

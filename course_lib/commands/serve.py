@@ -2,7 +2,7 @@
 
 One replica: the engine loop and the web server in this process. ``--replicas N``: N server
 processes on free loopback ports and a router on ``--port`` in front of them, choosing a replica
-per request with ``--router`` (round-robin, least-outstanding, prefix-aware).
+per request with ``--router`` (round-robin, least-outstanding, prefix-aware, kv-aware).
 
 Either way a browser gets a chat page at ``/`` and a live view of the engine(s) at ``/engine``.
 """
@@ -30,6 +30,7 @@ Examples:
   course serve                                     # http://127.0.0.1:8000
   course serve --admission --max-waiting 16        # 429 + Retry-After past 16 waiting requests
   course serve --replicas 3 --router prefix-aware  # 3 engine processes behind a router
+  course serve --replicas 2 --router kv-aware      # routed by the KV blocks each replica reports free
   course serve --quantize int8                     # Lab 0.4's int8 weights
   course serve --speculative ngram                 # speculative decoding with prompt-lookup drafts
 
@@ -48,8 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="smollm2 (default) or tiny (a random 2-layer model, for testing the server)")
     parser.add_argument("--replicas", type=int, default=1, help="engine processes behind a router (default: 1, no router)")
     parser.add_argument("--router", default="least-outstanding",
-                        choices=["round-robin", "least-outstanding", "prefix-aware"],
-                        help="how the router picks a replica (default: least-outstanding)")
+                        choices=["round-robin", "least-outstanding", "prefix-aware", "kv-aware"],
+                        help="how the router picks a replica (default: least-outstanding); kv-aware routes by the KV "
+                             "blocks each replica reports free on /metrics, keeping a prompt's prefix-aware home while "
+                             "it has room")
     parser.add_argument("--num-blocks", type=int, default=None, help="KV pool per replica, in blocks (default: 512 MiB)")
     parser.add_argument("--max-num-seqs", type=int, default=32, help="requests running at once per replica (default: 32)")
     parser.add_argument("--max-num-batched-tokens", type=int, default=1024,
@@ -140,14 +143,16 @@ def run(args: argparse.Namespace) -> int:
 
 def _serve_replicas(args: argparse.Namespace) -> int:
     from course_lib.exercises import is_locked, unlock_hint
+    from course_lib.server.balancing import kv_aware_policy
     from course_lib.server.launch import ServerProcess
     from course_lib.server.router import start_router
     from course_lib.server.routing import POLICIES
     from course_lib.tokenizer import BPETokenizer
 
-    if args.router == "prefix-aware" and is_locked("lab05-serving"):
-        print(f"course serve: --router prefix-aware is your exercise in Lab 0.5 chapter 4; {unlock_hint('lab05-serving')}",
-              file=sys.stderr)
+    chapter = {"prefix-aware": "chapter 4", "kv-aware": "chapters 4 and 6"}.get(args.router)
+    if chapter and is_locked("lab05-serving"):
+        print(f"course serve: --router {args.router} is your exercise in Lab 0.5 {chapter}; "
+              f"{unlock_hint('lab05-serving')}", file=sys.stderr)
         return 2
     threads = max(1, (__import__("os").cpu_count() or 1) // args.replicas)
     replicas = [ServerProcess(_replica_args(args), threads=threads) for _ in range(args.replicas)]
@@ -158,7 +163,7 @@ def _serve_replicas(args: argparse.Namespace) -> int:
             replica.launch()
         for replica in replicas:
             replica.wait()
-        policy = POLICIES[args.router](args.replicas)
+        policy = kv_aware_policy(args.replicas) if args.router == "kv-aware" else POLICIES[args.router](args.replicas)
         router = start_router([r.url for r in replicas], policy, BPETokenizer.from_gguf(), port=args.port, host=args.host,
                               policy_name=args.router)
         print(f"router ({args.router}) on {router.url} in front of " + ", ".join(r.url for r in replicas),

@@ -27,9 +27,10 @@ between), so the comparison with a colocated engine counts the cost of shipping 
 The student's ``pack_kv`` / ``unpack_kv`` run inside the workers: their *source code* is sent to
 the worker processes and executed there, the way a distributed framework ships a user's function
 (``course_lib.server.shipping``: the imports and definitions of the cell that defines each
-function travel, nothing else of the notebook). Each worker tries its function once on its own
-pool before it says it is ready, so a function that cannot run there (a helper left in another
-cell) stops ``start`` at once with a ``ShippingError`` that says so. A worker that fails later
+function travel, and so does what it reads from the notebook's other cells: helpers, imports,
+values). Each worker tries its function once on its own pool before it says it is ready, so a
+function that cannot run there (or an ``unpack_kv`` that writes into a copy of the pool) stops
+``start`` at once with a ``ShippingError`` that says so. A worker that fails later
 reports why and stops; the backend then ends every request in flight at once (no client waits
 for a timeout), refuses new ones, and ``raise_if_failed()`` raises the worker's message.
 
@@ -109,9 +110,8 @@ class _ImportingAllocator(BlockAllocator):
             raise ValueError(f"the KV payload has shape {tuple(payload.shape)}; it should hold the "
                              f"{len(token_ids) - 1} prompt tokens: [layers, 2, {len(token_ids) - 1}, kv_heads, head_dim]")
         started = time.perf_counter()
-        result = self.unpack(payload, self.kv_cache.storage, self.block_table(seq_id))
-        if result is not None and result is not self.kv_cache.storage:
-            self.kv_cache.storage.copy_(result)
+        # unpack_kv writes in place; what it returns is not read (the engine only ever reads its own pool).
+        self.unpack(payload, self.kv_cache.storage, self.block_table(seq_id))
         self.unpack_seconds[seq_id] = time.perf_counter() - started
         return payload.shape[2]
 
@@ -175,7 +175,7 @@ def _worker_engine(role: str, options: dict, functions: dict):
 def _try_shipped_function(role: str, allocator, storage, block_size: int) -> None:
     """Call the worker's pack_kv or unpack_kv once on two blocks of its pool, before any request depends on it.
 
-    A function that cannot run in the worker (a name it uses was left in another cell) or returns
+    A function that cannot run in the worker (a name it uses is not defined there) or returns
     something the engine cannot use fails here, at start, with a message that says so.
     """
     import torch
@@ -189,10 +189,16 @@ def _try_shipped_function(role: str, allocator, storage, block_size: int) -> Non
             raise ShippingError(f"your pack_kv returned {got} in the prefill worker for {num_tokens} tokens; the "
                                 f"decode worker needs a tensor of shape {shape} [layers, 2, tokens, kv_heads, head_dim]")
     else:
-        result = allocator.unpack(torch.zeros(shape, dtype=storage.dtype), storage, [1, 0])
+        before = storage[:, :, :2].clone()
+        result = allocator.unpack(torch.ones(shape, dtype=storage.dtype), storage, [1, 0])
+        written = not torch.equal(storage[:, :, :2], before)
+        storage[:, :, :2] = before  # the try leaves the pool as it found it
         if result is not None and not (torch.is_tensor(result) and result.shape == storage.shape):
             raise ShippingError(f"your unpack_kv returned {type(result).__name__} in the decode worker; it should "
                                 f"return the storage tensor it wrote into")
+        if not written:
+            raise ShippingError("your unpack_kv left the decode worker's pool unchanged (it wrote into a copy?): the "
+                                "engine reads only the storage tensor it passes in, so write into it in place")
 
 
 def _worker_main(role: str, options: dict, inbox, peer, results, functions: dict) -> None:

@@ -9,8 +9,9 @@ when the HTTP handler received the request):
 - ``course_e2e_request_latency_seconds``: arrival to finish.
 
 Gauges and counters are read from the engine loop at scrape time: requests waiting and running,
-KV blocks in use and in the pool, preemptions, prompt tokens and how many of them came from the
-prefix cache (hit rate = hits / queries), requests finished by reason, requests rejected by status.
+KV blocks in use, free and in the pool (what a KV-aware router balances by: ``balancing``),
+preemptions, prompt tokens and how many of them came from the prefix cache (hit rate = hits /
+queries), requests finished by reason, requests rejected by status.
 
 Each server has its own ``CollectorRegistry``, so several servers in one process (a notebook
 with replicas) keep separate numbers.
@@ -45,6 +46,8 @@ class _StateCollector:
             "course_num_requests_waiting": ("Requests admitted and waiting for a place in the batch.", state.num_waiting),
             "course_num_requests_running": ("Requests in the batch (holding KV blocks).", state.num_running),
             "course_kv_blocks_used": ("KV-cache blocks held by running requests.", state.kv_blocks_used),
+            "course_kv_blocks_free": ("KV-cache blocks a new request could take now (cached prefixes count: they "
+                                      "can be evicted).", state.kv_blocks_total - state.kv_blocks_used),
             "course_kv_blocks_total": ("KV-cache blocks in the pool.", state.kv_blocks_total),
             "course_kv_cache_usage_ratio": ("Share of the KV pool in use (0 to 1).",
                                             state.kv_blocks_used / max(state.kv_blocks_total, 1)),

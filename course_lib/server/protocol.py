@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 DEFAULT_CHAT_MAX_TOKENS = 256
+DEFAULT_COMPLETION_MAX_TOKENS = 16
 
 
 class ApiError(Exception):
@@ -149,7 +150,7 @@ def parse_completion_request(body: Any, served_model: str, tokenizer) -> Generat
     else:
         raise ApiError(400, "'prompt' must be a non-empty string or a list of token ids (one prompt per request)",
                        param="prompt")
-    params = _sampling_params(body, _max_tokens(body, ("max_tokens",), 16))
+    params = _sampling_params(body, _max_tokens(body, ("max_tokens",), DEFAULT_COMPLETION_MAX_TOKENS))
     return GenerationRequest("completion", model, token_ids, params, stream, include_usage,
                              f"cmpl-{uuid.uuid4().hex[:24]}", int(time.time()))
 

@@ -7,7 +7,14 @@ passed through chunk by chunk, a refusal (429 with its Retry-After) is passed ba
 ``outstanding[i]`` goes up when a request is sent to replica i and down when its answer ends.
 
 ``GET /metrics`` shows the router's own counters (requests routed per replica, in flight per
-replica); each replica keeps its own ``/metrics`` (prefix-cache hits, latencies).
+replica); each replica keeps its own ``/metrics`` (prefix-cache hits, latencies, KV blocks).
+
+A policy that routes by the replicas' KV caches (``course_lib.server.balancing.MetricsRouting``,
+``course serve --router kv-aware``) gets more: the router scrapes every replica's ``/metrics``
+every ``policy.scrape_interval_s`` seconds (and before its first decision, and whenever the
+policy asks with ``refresh()``) and hands each text to ``policy.report_metrics(replica, text)``;
+each decision is ``policy.choose_request(prompt_token_ids, max_tokens, outstanding)``, with the
+request's ``max_tokens``, and the engine view shows the free blocks each replica last reported.
 
 The router serves the same pages as one server: the chat page at ``/`` and the engine view at
 ``/engine``. Its ``GET /engine/stream`` merges the engine views of every replica (each message
@@ -32,7 +39,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created
 from starlette.concurrency import run_in_threadpool
 
 from course_lib.server.app import KEEPALIVE_S, MAX_ENGINE_VIEWERS, add_pages, sse_response
-from course_lib.server.protocol import ApiError, error_body
+from course_lib.server.protocol import DEFAULT_CHAT_MAX_TOKENS, DEFAULT_COMPLETION_MAX_TOKENS, ApiError, error_body
 
 __all__ = ["build_router_app", "start_router"]
 
@@ -61,6 +68,16 @@ def _prompt_token_ids(path: str, body: dict, tokenizer) -> list[int]:
     raise ApiError(400, "'prompt' must be a string or a list of token ids", param="prompt")
 
 
+def _requested_max_tokens(path: str, body: dict) -> int:
+    """The request's max_tokens as its replica will read it (the server's default when absent or malformed)."""
+    names = ("max_completion_tokens", "max_tokens") if path.endswith("chat/completions") else ("max_tokens",)
+    for name in names:
+        value = body.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return value
+    return DEFAULT_CHAT_MAX_TOKENS if path.endswith("chat/completions") else DEFAULT_COMPLETION_MAX_TOKENS
+
+
 def build_router_app(replica_urls: Sequence[str], policy, tokenizer, *, policy_name: str | None = None) -> FastAPI:
     """A FastAPI app that forwards generation requests to ``replica_urls`` as ``policy`` chooses.
 
@@ -80,6 +97,12 @@ def build_router_app(replica_urls: Sequence[str], policy, tokenizer, *, policy_n
     in_flight = Gauge("course_router_outstanding", "Requests in flight, by replica.", ["replica"], registry=registry)
     outstanding = [0] * len(replicas)
     choose_lock = asyncio.Lock()
+    by_metrics = callable(getattr(policy, "report_metrics", None))
+    scraper: dict[str, asyncio.Task] = {}
+    scrape_errors: dict[int, str] = {}
+    # Requests sent to each replica whose answer has not started yet: the replica may not count them
+    # in its metrics yet, so its report waits until they have (a report must include what was sent before it).
+    unacknowledged = [0] * len(replicas)
     app.state.outstanding = outstanding
     app.state.routed = [0] * len(replicas)
     client_holder: dict[str, httpx.AsyncClient] = {}
@@ -183,16 +206,75 @@ def build_router_app(replica_urls: Sequence[str], policy, tokenizer, *, policy_n
                 _put_dropping_oldest(queue, ("data: " + json.dumps(message) + "\n\n").encode())
             await asyncio.sleep(2.0)  # the replica closed the stream or is down: try again
 
-    async def choose(token_ids: list[int]) -> int:
+    async def scrape(index: int) -> None:
+        """Fetch replica ``index``'s metrics, then hand them to the policy unless they are already out of date.
+
+        The fetch runs without the decision lock (a slow replica must not hold up routing); a report
+        is dropped when a request was sent to that replica during the fetch, or is still on its way
+        there, since the replica's numbers would not count it and the policy would forget it.
+        """
+        routed_before = app.state.routed[index]
+        try:
+            response = await client().get(f"{replicas[index]}/metrics", timeout=2.0)
+            response.raise_for_status()
+        except httpx.HTTPError as error:
+            scrape_errors[index] = f"replica {index}'s /metrics did not answer: {error or type(error).__name__}"
+            return
+        async with choose_lock:
+            if app.state.routed[index] != routed_before or unacknowledged[index]:
+                return
+            try:
+                await run_in_threadpool(policy.report_metrics, index, response.text)
+            except Exception as error:  # the policy is someone's code: report it where a decision needs it
+                scrape_errors[index] = f"reading replica {index}'s /metrics failed: {type(error).__name__}: {error}"
+                return
+            scrape_errors.pop(index, None)
+
+    async def scrape_all() -> None:
+        refresh = getattr(policy, "refresh_requested", None)
+        if refresh is not None:
+            refresh.clear()
+        await asyncio.gather(*(scrape(index) for index in range(len(replicas))))
+
+    async def scrape_forever() -> None:
+        interval = getattr(policy, "scrape_interval_s", None)
+        refresh = getattr(policy, "refresh_requested", None)
+        while True:
+            await asyncio.sleep(interval or 0.01)
+            if interval or (refresh is not None and refresh.is_set()):
+                await scrape_all()
+
+    async def before_decision() -> None:
+        """With a metrics policy: scraping runs, every replica has reported, and a refresh the policy asked
+        for has happened (or the request fails, saying why). Runs before the decision lock is taken."""
+        if "task" not in scraper or scraper["task"].done():
+            scraper["task"] = asyncio.create_task(scrape_forever())
+        refresh = getattr(policy, "refresh_requested", None)
+        if len(getattr(policy, "loads", {})) < len(replicas) or (refresh is not None and refresh.is_set()):
+            await scrape_all()
+        missing = [index for index in range(len(replicas)) if index not in getattr(policy, "loads", {})]
+        if missing:
+            raise ApiError(503, scrape_errors.get(missing[0], f"replica {missing[0]} has not reported its load yet"),
+                           headers={"Retry-After": "1"})
+
+    async def choose(token_ids: list[int], max_tokens: int) -> int:
+        if by_metrics:
+            await before_decision()
         async with choose_lock:  # one decision at a time, each seeing the counts the previous left
             try:
-                replica = await run_in_threadpool(policy.choose, token_ids, list(outstanding))
+                if by_metrics:
+                    replica = await run_in_threadpool(policy.choose_request, token_ids, max_tokens, list(outstanding))
+                else:
+                    replica = await run_in_threadpool(policy.choose, token_ids, list(outstanding))
+            except ApiError:
+                raise
             except Exception as error:  # the policy is someone's code: report it, keep routing
                 raise ApiError(500, f"the routing policy failed: {type(error).__name__}: {error}") from None
             if not isinstance(replica, int) or isinstance(replica, bool) or not 0 <= replica < len(replicas):
                 raise ApiError(500, f"the routing policy chose {replica!r}; it must be a replica index in "
                                     f"[0, {len(replicas)})")
             outstanding[replica] += 1
+            unacknowledged[replica] += 1
         app.state.routed[replica] += 1
         routed.labels(replica=str(replica)).inc()
         in_flight.labels(replica=str(replica)).set(outstanding[replica])
@@ -206,6 +288,9 @@ def build_router_app(replica_urls: Sequence[str], policy, tokenizer, *, policy_n
         """Record one decision for the engine view: the replica chosen and everyone's load after it."""
         event = {"type": "route", "id": route_id, "replica": replica, "outstanding": list(outstanding),
                  "prompt_tokens": num_prompt_tokens, "time": round(time.time(), 3), "status": None}
+        if by_metrics:  # what the policy knew: the free blocks each replica last reported
+            loads = getattr(policy, "loads", {})
+            event["kv_free"] = [loads.get(index, {}).get("blocks_free") for index in range(len(replicas))]
         route_log.append(event)
         tell_viewers(event)
         return event
@@ -224,7 +309,7 @@ def build_router_app(replica_urls: Sequence[str], policy, tokenizer, *, policy_n
         if not isinstance(body, dict):
             raise ApiError(400, "the request body must be a JSON object")
         token_ids = _prompt_token_ids(path, body, tokenizer)
-        replica = await choose(token_ids)
+        replica = await choose(token_ids, _requested_max_tokens(path, body))
         route_id = f"route-{next(route_ids)}"
         event = routed_event(route_id, replica, len(token_ids))
         upstream = client().build_request("POST", f"{replicas[replica]}{path}", json=body,
@@ -232,9 +317,11 @@ def build_router_app(replica_urls: Sequence[str], policy, tokenizer, *, policy_n
         try:
             response = await client().send(upstream, stream=True)
         except httpx.HTTPError as error:
+            unacknowledged[replica] -= 1
             release(replica)
             finished_event(event, 502)
             raise ApiError(502, f"replica {replica} did not answer: {error}") from None
+        unacknowledged[replica] -= 1  # the replica answered: its metrics count this request from now on
         headers = {k: v for k, v in response.headers.items() if k.lower() in ("retry-after", "content-type")}
         headers["x-course-replica"] = str(replica)
         headers["x-request-id"] = route_id

@@ -1,10 +1,10 @@
-"""Figures of Lab 0.5 (serving): latency against offered load, per-policy bars."""
+"""Figures of Lab 0.5 (serving): latency against offered load, per-policy bars, KV use per replica over time."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["latency_vs_load", "policy_bars"]
+__all__ = ["kv_timelines", "latency_vs_load", "policy_bars"]
 
 
 def _seconds_axis(axis) -> None:
@@ -76,5 +76,37 @@ def policy_bars(values: dict[str, dict[str, float]], *, title: str = ""):
         axis.tick_params(axis="x", labelrotation=20, labelsize=8)
         axis.grid(axis="y", alpha=0.3)
     figure.suptitle(title)
+    figure.tight_layout()
+    return figure
+
+
+def kv_timelines(timelines: dict[str, Sequence[tuple[float, int, int, int]]], num_blocks: int, *, title: str = "",
+                 notes: dict[str, str] | None = None):
+    """One panel per policy: each replica's KV blocks in use over time, red where requests waited on it.
+
+    timelines: policy -> (ms, replica, blocks used, requests waiting) reports (``SimResult.timeline``,
+    or a live trace). num_blocks: each replica's pool, drawn as a dashed line. notes: a line of text
+    under each panel's title (say, its stranded share).
+    """
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(timelines), figsize=(3.9 * len(timelines), 3.1), sharey=True, squeeze=False)
+    colors = ["#4c72b0", "#dd8452", "#55a868", "#8172b3", "#937860", "#da8bc3"]
+    for axis, (policy, timeline) in zip(axes[0], timelines.items()):
+        replicas = sorted({replica for _, replica, _, _ in timeline})
+        for replica in replicas:
+            reports = [(t / 1000, used, waiting) for t, r, used, waiting in timeline if r == replica]
+            axis.plot([t for t, _, _ in reports], [used for _, used, _ in reports], color=colors[replica % len(colors)],
+                      linewidth=0.9, label=f"replica {replica}")
+            waited = [(t, used) for t, used, waiting in reports if waiting > 0]
+            if waited:
+                axis.scatter([t for t, _ in waited], [used for _, used in waited], s=6, color="#c44e52", zorder=3)
+        axis.axhline(num_blocks, color="gray", linestyle="--", linewidth=0.8)
+        axis.set_title(policy + (f"\n{notes[policy]}" if notes and policy in notes else ""), fontsize=9)
+        axis.set_xlabel("seconds")
+        axis.grid(alpha=0.3)
+    axes[0][0].set_ylabel(f"KV blocks in use (pool {num_blocks})")
+    axes[0][0].legend(fontsize=7, loc="lower right")
+    figure.suptitle(title or "KV blocks in use per replica; red: requests waiting on that replica")
     figure.tight_layout()
     return figure

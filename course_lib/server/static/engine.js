@@ -438,13 +438,19 @@ function panelFor(index, title) {
 function drawRoutes() {
   if (!routerState || paused) return;
   const { routes, policy, urls } = routerState;
+  // A policy that balances by KV-cache use (kv-aware) also says what each replica last reported.
+  const byKv = routes.some((route) => Array.isArray(route.kv_free));
   $("router-summary").textContent = `${urls.length} replicas, routing policy ${policy}. Each request gets a router id ` +
-    "(route-N) that its replica's panel shows beside the engine's own id.";
+    "(route-N) that its replica's panel shows beside the engine's own id." +
+    (byKv ? " The policy routes by the free KV blocks each replica reports on /metrics." : "");
+  $("kv-free-heading").hidden = !byKv;
   $("routes").replaceChildren(...routes.slice(-MAX_ROUTES).reverse().map((route) => el("tr", {},
     el("td", { class: "mono", text: route.id }),
     el("td", {}, el("span", { class: "swatch", style: `background:${PALETTE[route.replica % PALETTE.length]}` }),
       `replica ${route.replica}`),
     el("td", { class: "mono", text: `[${route.outstanding.join(", ")}]` }),
+    ...(byKv ? [el("td", { class: "mono", text: Array.isArray(route.kv_free)
+      ? `[${route.kv_free.map((free) => (free === null ? "?" : free)).join(", ")}]` : "" })] : []),
     el("td", { class: "num", text: route.prompt_tokens }),
     el("td", { text: route.status === null ? "streaming…" : `${route.status} after ${seconds(route.seconds)}` }))));
 }
