@@ -21,6 +21,7 @@ PLATFORM_COMMANDS = {
     "kit": "Build the student kit: the release notebooks and the student edition of course_lib.",
     "grade": "Autograde a folder of submissions and write grades, feedback and a report.",
     "export": "Export the grades of a `course grade` output folder for an LMS (Canvas) or a spreadsheet.",
+    "mark": "Grade written answers with their rubrics in a browser: one question at a time across the class.",
     "solve": "Run the solution notebooks and fail, naming the cell, if a test cell fails.",
     "book": "Build the book site (book/_build/html), optionally serving it on localhost.",
 }
@@ -32,7 +33,7 @@ COMMANDS = {
 }
 
 DESCRIPTION = ("The LLM inference systems workbook: release labs, build student kits, grade submissions, "
-               "solve the reference notebooks, chat with, serve and benchmark the engine, build the book.")
+               "mark written answers, solve the reference notebooks, chat with, serve and benchmark the engine, build the book.")
 
 
 def _load(name: str):
