@@ -108,6 +108,8 @@ class MarkingHandler(BaseHTTPRequestHandler):
         if not self._host_ok():
             return
         url = urlsplit(self.path)
+        if url.path == "/favicon.ico":     # browsers ask for it; there is none, and a 404 would be a console error
+            return self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon")
         if url.path in STATIC_FILES:
             name, content_type = STATIC_FILES[url.path]
             return self._send(HTTPStatus.OK, (STATIC_DIR / name).read_bytes(), content_type)

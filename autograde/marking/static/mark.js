@@ -19,6 +19,17 @@ function el(tag, text, className) {
   return node;
 }
 
+// The course's Markdown (prompts, model answers, notes) as plain paragraphs: lines of a paragraph are
+// joined, while lists and tables keep their lines. Still text only: nothing here becomes HTML.
+function prose(box, text) {
+  box.replaceChildren();
+  for (const block of String(text || "").split(/\n\s*\n/)) {
+    const lines = block.split("\n");
+    const structured = lines.some((line) => /^\s*([-*] |\||\d+\. )/.test(line));
+    box.append(el("p", structured ? block : lines.map((line) => line.trim()).join(" "), structured ? "keep-lines" : ""));
+  }
+}
+
 function fmt(points) {
   return Number.isInteger(points) ? String(points) : String(Math.round(points * 100) / 100);
 }
@@ -130,9 +141,9 @@ function refreshProgress() {
 function renderRubric() {
   const question = state.question;
   $("question-title").textContent = `${question.key} · ${fmt(question.points)} points`;
-  $("prompt").textContent = question.prompt;
-  $("model-text").textContent = question.model_answer || "(no model answer in the question file)";
-  $("notes-text").textContent = question.notes || "(none)";
+  prose($("prompt"), question.prompt);
+  prose($("model-text"), question.model_answer || "(no model answer in the question file)");
+  prose($("notes-text"), question.notes || "(none)");
   const list = $("criteria");
   list.replaceChildren();
   question.criteria.forEach((criterion, index) => {
@@ -363,10 +374,11 @@ async function save() {
   state.form.dirty = false;
   updateCard(state.current);
   refreshProgress();
-  say(`Saved ${fmt(answer.mark.points)} / ${fmt(state.question.points)} for ${answer.label}.`, "ok");
+  const saved = `Saved ${fmt(answer.mark.points)} / ${fmt(state.question.points)} for ${answer.label}.`;
   const next = nextAwaiting(state.current);
-  if (next >= 0) await select(next);
-  else say(`Saved. Every answer to ${state.question.key} has a mark.`, "ok");
+  if (next < 0) return say(`${saved} Every answer to ${state.question.key} has a mark.`, "ok");
+  await select(next);
+  if (!state.readOnly) say(saved, "ok");
 }
 
 function nextAwaiting(from) {
@@ -423,6 +435,7 @@ async function onKey(event) {
     n: () => { const next = nextAwaiting(state.current); return next >= 0 ? select(next) : say("No answer awaits a mark."); },
     Enter: () => save(), x: () => discard(), 0: () => clearCriteria(),
     c: () => $("comment").focus(), a: () => $("adjustment").focus(),
+    p: () => { $("prompt-box").open = !$("prompt-box").open; },
     m: () => { $("model").open = !$("model").open; }, h: () => showHistory(),
     "[": () => switchQuestion(-1), "]": () => switchQuestion(1), r: () => reloadAnswers(), "?": () => toggleHelp(true),
   };
