@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from tests.marking_fixture import LAB, write_class, write_questions
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = __import__("shutil").which("chromium") or next(
+CHROMIUM = shutil.which("chromium") or next(
     (path for path in ("/usr/bin/chromium", "/usr/bin/chromium-browser") if Path(path).exists()), None)
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",

@@ -89,7 +89,9 @@ class MarkingServer(ThreadingHTTPServer):
 
     def start(self) -> threading.Thread:
         """Serve in a background thread (tests, and `course mark` while it waits for Ctrl-C)."""
-        thread = threading.Thread(target=self.serve_forever, name="course-mark", daemon=True)
+        # A short poll: shutdown() waits for it (tests start and stop many servers).
+        thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, name="course-mark",
+                                  daemon=True)
         thread.start()
         return thread
 
