@@ -45,7 +45,10 @@ the manifest ``course check`` compares with), refusing one that leaks an answer,
 git history from one deadline to the next; ``recording``
 records the reference side of every visible check for the kit (``course release``); ``solve`` runs
 the solution notebooks; ``authoring`` writes nbgrader source notebooks from Python; ``demos`` the
-demo class (``demo/`` holds the demo students' specs, ``demo_submissions/`` their notebooks).
+demo class (``demo/`` holds the demo students' specs, ``demo_submissions/`` their notebooks);
+``knowledge`` holds each lab's written questions with their rubrics and model answers, and the scan
+that keeps those out of what students read; ``marking`` is ``course mark``, the page on which TAs
+grade the written answers question by question (docs/ta-grading.md).
 """
 
 import sys

@@ -12,6 +12,10 @@ right nbgrader metadata:
   feedback. ``needs_gpu=True`` records in the cell's metadata (``course.needs_gpu``) that it can
   only run on a CUDA GPU: the grader skips it on a CPU and leaves its points out of max_score.
 - ``check_yourself(question, answer_text)``: a question whose answer is folded away.
+- ``written_question(grade_id, points, prompt, model_answer)``: a question answered in words and
+  graded by a TA with a rubric (``autograde/knowledge/<lab>.toml``, ``course mark``): a locked prompt
+  cell, then nbgrader's "manually graded answer" cell (``solution`` and ``grade`` set, with points),
+  whose source in solutions/ is the model answer; the release replaces it by "YOUR ANSWER HERE".
 """
 
 from __future__ import annotations
@@ -83,6 +87,21 @@ def check_yourself(question: str, answer_text: str):
         f"<details><summary>Show the answer</summary>\n\n{_clean(answer_text)}\n\n</details>"
     )
     return nbformat.v4.new_markdown_cell(body)
+
+
+def written_question(grade_id: str, points: float, prompt: str, model_answer: str) -> list:
+    """A written question's two cells: the locked prompt (grade_id ``<grade_id>_prompt``), then the
+    answer cell a TA grades, worth ``points``, holding ``model_answer`` (solutions/ only: nbgrader's
+    release replaces a written solution cell by its text stub)."""
+    if points <= 0:
+        raise ValueError(f"written question {grade_id!r}: points must be > 0, got {points}")
+    if not _clean(model_answer):
+        raise ValueError(f"written question {grade_id!r}: the model answer is empty")
+    prompt_cell = markdown(f"**Written question ({points:g} points, graded by your TA).** {_clean(prompt)}",
+                           grade_id=f"{grade_id}_prompt")
+    answer_cell = nbformat.v4.new_markdown_cell(_clean(model_answer))
+    answer_cell.metadata.update(_meta(grade_id, grade=True, solution=True, points=points))
+    return [prompt_cell, answer_cell]
 
 
 def notebook(cells, *, title: str | None = None):

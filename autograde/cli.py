@@ -23,6 +23,7 @@ PLATFORM_COMMANDS = {
     "why": "Show every point a student lost in full: the check's message, what their code returned, the traceback.",
     "adjust": "Change a grade by hand (a regrade, a cell's points, a penalty, an extension): kept with who, when and why.",
     "history": "List the ledger's events (gradings, people's changes, due times) with who, when and why.",
+    "mark": "Grade written answers with their rubrics in a browser: one question at a time across the class.",
     "export": "Export the grades of a `course grade` output folder for an LMS (Canvas) or a spreadsheet.",
     "solve": "Run the solution notebooks and fail, naming the cell, if a test cell fails.",
     "book": "Build the book site (book/_build/html), optionally serving it on localhost.",
@@ -35,7 +36,7 @@ COMMANDS = {
 }
 
 DESCRIPTION = ("The LLM inference systems workbook: release labs, build student kits, grade submissions, "
-               "solve the reference notebooks, chat with, serve and benchmark the engine, build the book.")
+               "mark written answers, solve the reference notebooks, chat with, serve and benchmark the engine, build the book.")
 
 
 def _load(name: str):

@@ -3,7 +3,7 @@
 This is the ``course`` of a student kit (its ``pyproject.toml`` points here): ``check`` and ``submit``,
 and the commands that run the course's engine (``chat``, ``bench``, ``serve``, ``loadtest``). The
 instructor's checkout runs ``autograde.cli`` instead, which adds the platform's commands (``release``,
-``kit``, ``grade``, ``export``, ``solve``, ``book``, in ``autograde/commands/``) to these; the
+``kit``, ``grade``, ``export``, ``mark``, ``solve``, ``book``, in ``autograde/commands/``) to these; the
 library never imports ``autograde``, so a kit works without it.
 
 A command module defines ``HELP`` (one line), ``DESCRIPTION`` (the --help text),
@@ -31,12 +31,13 @@ STUDENT_COMMANDS = tuple(COMMANDS)
 
 # The instructor's commands live in the autograde package (autograde/commands/, run by autograde.cli),
 # which a kit does not have: named here only so that asking for one says so.
-INSTRUCTOR_COMMANDS = ("release", "kit", "grade", "why", "adjust", "history", "export", "solve", "book")
+INSTRUCTOR_COMMANDS = ("release", "kit", "grade", "why", "adjust", "history", "mark", "export", "solve", "book")
 
 DESCRIPTIONS = {
     "instructor": "The LLM inference systems workbook, the student's commands: check and hand in notebooks, chat "
                   "with, serve and benchmark the engine (the checkout's `course`, autograde.cli, also releases, "
-                  "builds kits, grades, explains and adjusts grades, exports, solves and builds the book).",
+                  "builds kits, grades, explains and adjusts grades, marks written answers, exports, solves and "
+                  "builds the book).",
     "student": "The LLM inference systems workbook: the commands of your kit (check a notebook's visible tests, "
                "pack your notebooks for handing in, and what the labs unlocked so far let you run).",
 }

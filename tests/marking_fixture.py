@@ -1,0 +1,97 @@
+"""A tiny class for the marking tests: written questions, and graded notebooks that answer them.
+
+``write_class`` lays out what ``course grade`` leaves behind, as far as ``course mark`` reads it:
+``OUT/autograded/<student>/<lab>/<notebook>.ipynb`` holding nbgrader's manually graded answer cells
+(with the checksum the release gave them, so an untouched cell reads as blank), with no grading run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+
+from autograde.authoring import code, markdown, notebook, written_question
+
+LAB = "lab99-marking-demo"
+NOTEBOOK = "01_questions"
+
+QUESTIONS_TOML = '''
+lab = "lab99-marking-demo"
+
+[[question]]
+grade_id = "written_cache"
+notebook = "01_questions"
+points = 3
+prompt = "Why does decoding need a KV cache?"
+model_answer = "Keys and values of earlier tokens never change, so the engine keeps them instead of recomputing the prefix."
+notes = "Accept any correct reason."
+
+[[question.criteria]]
+id = "reuse"
+points = 2
+text = "Earlier keys and values never change, so they can be kept."
+partial = [ { points = 1, when = "says 'to save time' without what is kept" } ]
+
+[[question.criteria]]
+id = "cost"
+points = 1
+text = "Without it every step recomputes the whole prefix."
+
+[[question]]
+grade_id = "written_batching"
+notebook = "01_questions"
+points = 2
+prompt = "Why does batching make decode faster per token?"
+model_answer = "Each weight read from memory serves every sequence of the batch."
+
+[[question.criteria]]
+id = "weights"
+points = 1
+text = "Weight reads are shared by the batch."
+
+[[question.criteria]]
+id = "memory_bound"
+points = 1
+text = "Decode is memory-bound, so the step time barely grows."
+'''
+
+
+def write_questions(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{LAB}.toml"
+    path.write_text(QUESTIONS_TOML, encoding="utf-8")
+    return path
+
+
+def release_notebook():
+    """The notebook as released: the answer cells hold nbgrader's stub, with the checksum nbgrader gave it."""
+    from nbgrader.utils import compute_checksum
+
+    cells = [markdown("# Written questions"), code("x = 1")]
+    for grade_id, points in (("written_cache", 3), ("written_batching", 2)):
+        prompt, answer = written_question(grade_id, points, "A question.", "A model answer.")
+        answer.source = "YOUR ANSWER HERE"
+        answer.metadata["nbgrader"]["checksum"] = compute_checksum(answer)
+        cells += [prompt, answer]
+    return notebook(cells)
+
+
+def write_class(out_dir: Path, answers: dict[str, dict[str, str | None]]) -> Path:
+    """Graded notebooks for each student: ``{student: {grade_id: text}}``; a grade_id left out keeps
+    the stub (blank), a text of None deletes the cell (missing)."""
+    for student, texts in answers.items():
+        nb = release_notebook()
+        kept = []
+        for cell in nb.cells:
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if grade_id in texts and texts[grade_id] is None:
+                continue
+            if grade_id in texts:
+                cell.source = texts[grade_id]
+            kept.append(cell)
+        nb.cells = kept
+        folder = Path(out_dir) / "autograded" / student / LAB
+        folder.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, folder / f"{NOTEBOOK}.ipynb")
+    return Path(out_dir)
