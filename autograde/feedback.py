@@ -1,8 +1,9 @@
-"""Feedback pages that are safe to open: the student's content shown as text, the verdict from the grader.
+"""Feedback pages and review notebooks that are safe to open: the student's content as text, the verdict from the grader.
 
 A feedback page is nbconvert's rendering of the autograded notebook, and everything in that
 notebook but the test cells and the instructor's text came from the student: outputs (HTML,
-JavaScript, SVG, Markdown), Markdown and raw cells, cell metadata. Two steps make the page safe:
+JavaScript, SVG, Markdown, an image's metadata), Markdown and raw cells, cell metadata. Two steps
+make the page safe:
 
 - ``SanitizeFeedback`` (an nbgrader preprocessor of ``generate_feedback``) keeps of each output only
   what renders as text or as a plain image (``text/plain``, base64 PNG and JPEG) and says what it
@@ -12,6 +13,13 @@ JavaScript, SVG, Markdown), Markdown and raw cells, cell metadata. Two steps mak
   too: the page needs no JavaScript), adds a Content-Security-Policy that forbids scripts and any
   load from elsewhere, and puts the grader's verdict at the top: one line per test cell, from the
   grader's results, in a box no output can imitate (outputs render below it, inside the notebook).
+
+The autograded notebooks that ``course grade`` leaves in ``OUT/autograded/`` for formgrader are
+rendered too, by formgrader, in the instructor's own Jupyter server: nbgrader's template puts HTML
+and JavaScript outputs, an image's ``width``, a Markdown cell's HTML and a cell's ``grade_id`` into
+the page as they are, and a script there can use the instructor's session (Jupyter's API: files,
+terminals). So they get the same treatment (``reviewable_notebook``): the instructor reviews the
+student's work as text and plain images, and the test cells, hidden tests included, as graded.
 """
 
 from __future__ import annotations
@@ -29,7 +37,8 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 
 from course_lib.runner.bounded import clip
 
-__all__ = ["CONTENT_SECURITY_POLICY", "SanitizeFeedback", "finish_page", "sanitize_output"]
+__all__ = ["CONTENT_SECURITY_POLICY", "SanitizeFeedback", "finish_page", "instructor_markdown", "reviewable_notebook",
+           "sanitize_notebook", "sanitize_output"]
 
 SAFE_MIME_TYPES = ("text/plain", "image/png", "image/jpeg")
 SAFE_GRADE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
@@ -123,6 +132,16 @@ def _clean_metadata(metadata: dict) -> dict:
     return {"nbgrader": clean} if clean else {}
 
 
+_TIMESTAMP = re.compile(r"^[0-9T:.+Z-]{1,40}$")
+
+
+def _is_timing(value: object) -> bool:
+    """Whether ``value`` is a cell's ``execution`` metadata as the grader writes it (``execute._record_timing``)."""
+    return isinstance(value, dict) and 0 < len(value) <= 2 and all(
+        key in ("iopub.status.busy", "shell.execute_reply") and isinstance(time, str) and _TIMESTAMP.match(time)
+        for key, time in value.items())
+
+
 def _instructor_markdown(resources: dict) -> set[str]:
     """The Markdown of the instructor's notebook (the source nbgrader graded against), by text."""
     raw = os.environ.get("COURSE_GRADING_SETTINGS")
@@ -131,43 +150,70 @@ def _instructor_markdown(resources: dict) -> set[str]:
         return set()
     try:
         workspace = Path(json.loads(raw)["workspace"])
-        path = workspace / "source" / info["assignment"] / f"{info['notebook']}.ipynb"
-        notebook = nbformat.read(path, as_version=4)
-    except (OSError, KeyError, ValueError):
+    except (KeyError, ValueError):
+        return set()
+    return instructor_markdown(workspace / "source" / info["assignment"] / f"{info['notebook']}.ipynb")
+
+
+def instructor_markdown(source: Path) -> set[str]:
+    """The Markdown cells of the instructor's notebook at ``source``, by text (none if it cannot be read)."""
+    try:
+        notebook = nbformat.read(source, as_version=4)
+    except (OSError, ValueError):
         return set()
     return {cell.source for cell in notebook.cells if cell.cell_type == "markdown"}
+
+
+def reviewable_notebook(data: bytes, instructor: set[str]) -> bytes:
+    """An autograded notebook (its bytes) as ``OUT/autograded/`` keeps it for formgrader: sanitized like a
+    feedback page (``sanitize_notebook``), test cells and hidden tests kept, and when each cell ran; a file
+    that is no notebook becomes an empty one."""
+    try:
+        notebook = nbformat.reads(data.decode("utf-8"), as_version=4)
+    except (UnicodeDecodeError, ValueError):
+        notebook = nbformat.v4.new_notebook()
+    return nbformat.writes(sanitize_notebook(notebook, instructor, keep_timing=True)).encode("utf-8")
 
 
 class SanitizeFeedback(NbGraderPreprocessor):
     """Make an autograded notebook safe to render as a feedback page (see the module docstring)."""
 
     def preprocess(self, nb, resources):
-        instructor = _instructor_markdown(resources)
-        cells = []
-        for cell in nb.cells:
-            metadata = _clean_metadata(cell.get("metadata", {}))
-            if cell.cell_type == "code":
-                outputs = [clean for output in cell.get("outputs", []) if isinstance(output, dict)
-                           for clean in [sanitize_output(output)] if clean is not None]
-                count = cell.get("execution_count")
-                new = nbformat.v4.new_code_cell(clip(str(cell.source), MAX_SOURCE_BYTES, "source"), metadata=metadata,
-                                                outputs=outputs,
-                                                execution_count=count if isinstance(count, int) else None)
-            elif cell.cell_type == "markdown" and cell.source in instructor:
-                new = nbformat.v4.new_markdown_cell(cell.source, metadata=metadata)
-                if cell.get("attachments"):
-                    new.attachments = cell.attachments
-            else:
-                note = "text from the notebook, shown as written" if cell.cell_type == "markdown" \
-                    else f"a {cell.cell_type} cell, shown as written"
-                new = nbformat.v4.new_markdown_cell(_as_text_block(clip(str(cell.source), MAX_SOURCE_BYTES, "text"), note),
-                                                    metadata=metadata)
-            if "id" in cell:
-                new["id"] = cell["id"]
-            cells.append(new)
-        nb.cells = cells
-        nb.metadata = {"language_info": {"name": "python"}}
-        return nb, resources
+        return sanitize_notebook(nb, _instructor_markdown(resources)), resources
+
+
+def sanitize_notebook(nb, instructor: set[str], *, keep_timing: bool = False):
+    """``nb`` with only what renders as text or a plain image (module docstring); ``instructor``: the Markdown
+    of the instructor's notebook, the only Markdown rendered as such. ``keep_timing``: keep when each cell
+    ran (the grader's ``execution`` timestamps, plain text that no template renders)."""
+    cells = []
+    for cell in nb.cells:
+        metadata = _clean_metadata(cell.get("metadata", {}))
+        timing = cell.get("metadata", {}).get("execution") if keep_timing else None
+        if _is_timing(timing):
+            metadata["execution"] = dict(timing)
+        if cell.cell_type == "code":
+            outputs = [clean for output in cell.get("outputs", []) if isinstance(output, dict)
+                       for clean in [sanitize_output(output)] if clean is not None]
+            count = cell.get("execution_count")
+            new = nbformat.v4.new_code_cell(clip(str(cell.source), MAX_SOURCE_BYTES, "source"), metadata=metadata,
+                                            outputs=outputs,
+                                            execution_count=count if isinstance(count, int) else None)
+        elif cell.cell_type == "markdown" and cell.source in instructor:
+            new = nbformat.v4.new_markdown_cell(cell.source, metadata=metadata)
+            if cell.get("attachments"):
+                new.attachments = cell.attachments
+        else:
+            note = "text from the notebook, shown as written" if cell.cell_type == "markdown" \
+                else f"a {cell.cell_type} cell, shown as written"
+            new = nbformat.v4.new_markdown_cell(_as_text_block(clip(str(cell.source), MAX_SOURCE_BYTES, "text"), note),
+                                                metadata=metadata)
+        if "id" in cell:
+            new["id"] = cell["id"]
+        cells.append(new)
+    nb.cells = cells
+    nb.metadata = {"language_info": {"name": "python"}}
+    return nb
 
 
 # ---- the rendered page --------------------------------------------------------------------------

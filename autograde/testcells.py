@@ -4,7 +4,11 @@ A test cell's code (with its hidden tests) is compiled and run here, in the grad
 where the reference implementations and the checks live. Before it runs, every name it reads but
 does not define itself is looked up in the student's kernel: an answer function arrives as a
 handle (``RemoteObject``) whose calls run the student's code over there; plain values arrive as
-copies. ``checks.make`` and ``checks.share`` are pointed at this kernel while the cell runs.
+copies. Each test cell looks its names up again, as a notebook's cell would read them: a function
+the student defined again in a cell between two test cells is the new one in the second (the
+grader once kept the first lookup for the whole notebook, and failed a cell that ``course check``
+passed). A name an earlier test cell bound itself stays the test code's. ``checks.make`` and
+``checks.share`` are pointed at this kernel while the cell runs.
 
 The cell's outputs are what a kernel would have produced: one stdout stream (what the checks
 printed here and what the student's code printed there, in order, its head and tail kept within
@@ -47,6 +51,7 @@ from course_lib.runner.student import CellTimeout, StudentKernel
 __all__ = ["free_names", "mark_hidden_regions", "run_test_cell", "strip_magics"]
 
 HIDDEN_SWITCH = "__course_hidden_checks__"
+KERNEL_NAMES = "__course_kernel_names__"   # in a notebook's namespace: the names looked up in the kernel, and what came
 
 GRADER_GRACE_S = 15  # the grader's own code gets this long past the cell's limit before it is stopped
 
@@ -308,6 +313,18 @@ def _student_traceback(error: BaseException) -> str:
     return ""
 
 
+def _look_up(names: list[str], kernel: StudentKernel, namespace: dict[str, Any], looked_up: dict[str, Any]) -> None:
+    """Bind ``names`` in ``namespace`` to what the kernel holds now, except those the test code bound itself."""
+    for name in names:
+        if name == HIDDEN_SWITCH or (name in namespace and name not in looked_up):
+            continue
+        try:
+            namespace[name] = looked_up[name] = kernel.lookup(name)
+        except NameError:   # the cell will raise NameError itself, where it uses the name
+            namespace.pop(name, None)
+            looked_up.pop(name, None)
+
+
 def run_test_cell(source: str, kernel: StudentKernel, namespace: dict[str, Any], *, timeout: float,
                   label: str = "test cell", limits: KernelLimits | None = None,
                   hidden_checks: HiddenChecks | None = None, on_error=None) -> list[dict]:
@@ -332,6 +349,7 @@ def run_test_cell(source: str, kernel: StudentKernel, namespace: dict[str, Any],
                  "traceback": []}]
     namespace.setdefault("__name__", "__main__")
     namespace.setdefault("__builtins__", builtins)
+    looked_up: dict[str, Any] = namespace.setdefault(KERNEL_NAMES, {})
     hidden_token = [None]
 
     def switch_hidden(on: bool) -> None:
@@ -361,13 +379,7 @@ def run_test_cell(source: str, kernel: StudentKernel, namespace: dict[str, Any],
         with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output), \
                 warnings.catch_warnings(), _alarm(wall_s, alarm), cell_cpu_budget(limits, wall_s):
             warnings.simplefilter("default")
-            for name in free_names(tree):
-                if name in namespace or name == HIDDEN_SWITCH:
-                    continue
-                try:
-                    namespace[name] = kernel.lookup(name)
-                except NameError:
-                    pass  # the cell will raise NameError itself, where it uses the name
+            _look_up(free_names(tree), kernel, namespace, looked_up)
             exec(code, namespace)
     except BaseException as error:  # noqa: BLE001 - every failure of the cell becomes its error output
         if isinstance(error, (KeyboardInterrupt, SystemExit)) and not isinstance(error, CellTimeout):
@@ -383,6 +395,9 @@ def run_test_cell(source: str, kernel: StudentKernel, namespace: dict[str, Any],
             shown = withhold_error(shown, limits, trusted=verdict is not None, peak_processes=peak)
         outputs.append(shown)
     finally:
+        for name, value in list(looked_up.items()):   # a name the test code bound again is its own from now on
+            if namespace.get(name, looked_up) is not value:
+                del looked_up[name]
         switch_hidden(False)
         namespace.pop(HIDDEN_SWITCH, None)
         _PLATFORM_BUILDER.reset(builder)

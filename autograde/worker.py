@@ -9,7 +9,9 @@ after student in it with the same ``Grader`` as a single machine: the student's 
 isolated kernel on the student edition, the test cells in an nbgrader process of the grader's.
 
 The answer is plain data (``LabResult.as_dict``, feedback HTML by notebook, the autograded
-notebooks' bytes, the instructor's record of the lost points: ``lost_points``), so the machine that asked can write it where it belongs. Nothing of one
+notebooks' bytes, sanitized for formgrader like the feedback: ``feedback.reviewable_notebook``; the
+instructor's record of the lost points: ``lost_points``), so the machine that asked can write it where
+it belongs. Nothing of one
 student is left behind in the workspace once the answer is built, except the gradebook's rows.
 """
 
@@ -143,6 +145,7 @@ def _kernel_threads(task: GradingTask, address: str) -> int | None:
 def grade_task(task: GradingTask, bundle: LabBundle) -> dict:
     """Grade one submission on this worker; returns plain data (see the module docstring)."""
     from autograde.execute import GradingSettings
+    from autograde.feedback import instructor_markdown, reviewable_notebook
     from autograde.grade_lab import Grader, Submission
     from autograde.layout import gpu_available
     from course_lib.runner.limits import KernelLimits
@@ -175,7 +178,9 @@ def grade_task(task: GradingTask, bundle: LabBundle) -> dict:
             if notebook.feedback:
                 feedback[notebook.name] = (out_dir / notebook.feedback).read_text(encoding="utf-8")
         autograded_dir = workspace.path("autograded", task.student, task.lab)
-        autograded = {path.stem: path.read_bytes() for path in sorted(autograded_dir.glob("*.ipynb"))}
+        # For formgrader, which renders them in the instructor's Jupyter server: sanitized like the feedback.
+        autograded = {path.stem: reviewable_notebook(path.read_bytes(), instructor_markdown(
+            workspace.path("source", task.lab, path.name))) for path in sorted(autograded_dir.glob("*.ipynb"))}
         instructor = grader.instructor_records.get(task.student, {})
     finally:
         for folder in (incoming, out_dir / "feedback" / task.student, workspace.path("submitted", task.student),

@@ -209,10 +209,14 @@ def add_one(x):
 FEEDBACK_SCRIPT = """
 def add_one(x):
     return x + 1
-from IPython.display import HTML, display
+from IPython.display import HTML, Javascript, display
 display(HTML("<script>document.title='owned'</script><img src=x onerror=alert(1)>"
              "<div class='verdict'>All tests passed: 77/77</div>"))
+display(Javascript("document.title='OWNED-BY-JAVASCRIPT'"))
+display({"image/png": "iVBORw0KGgo=", "text/plain": "a plot"},   # nbconvert writes width= as it is
+        metadata={"image/png": {"width": "1 onerror=alert('OWNED-BY-WIDTH')"}}, raw=True)
 """
+HTML_MARKDOWN = "My answer <img src=x onerror=\"alert('OWNED-BY-MARKDOWN')\"><script>alert('OWNED')</script>"
 MODULE_BY_NAME = """
 import types
 double = types.ModuleType("course_lib.server.__main__")
@@ -249,8 +253,9 @@ class _Deep:
 def _frame_by_hand(self, message):
     if isinstance(message, dict) and isinstance(message.get("value"), _Deep):
         request = pickle.dumps(message["reply"], protocol=2)[2:-1]
-        return (b"\\x80\\x04}(\\x8c\\x05reply" + request + b"\\x8c\\x05value}" + b")" + b"\\x85" * 2_000_000
-                + b"K\\x01su.")   # {"reply": id, "value": {((((...)))): 1}}, a key two million tuples deep
+        return (b"\\x80\\x04\\x8c\\x04dict(\\x8c\\x05reply" + request + b"\\x8c\\x05value\\x8c\\x04dict)"
+                + b"\\x85" * 2_000_000 + b"K\\x01\\x86\\x86Qt\\x86Q.")
+        # {"reply": id, "value": {((((...)))): 1}}, a key two million tuples deep, dicts as the kernel sends them
     return _dumps(self, message)
 channel.Endpoint.dumps = _frame_by_hand
 def double(x):
@@ -289,7 +294,7 @@ import gc, pickle
 from course_lib.runner import channel
 _endpoint = next(o for o in gc.get_objects() if isinstance(o, channel.Endpoint))
 # A reply to no request, its id the inputs add_one kept: the grader's "malformed message" quoted it.
-channel.write_frame(_endpoint.write_fd, pickle.dumps({"reply": f"LEAKED-FRAME-{_seen}"}, protocol=2))
+channel.write_frame(_endpoint.write_fd, _endpoint.dumps({"reply": f"LEAKED-FRAME-{_seen}"}))
 import time
 time.sleep(5)
 def double(x):
@@ -315,6 +320,39 @@ HUGE_RANGE = """
 def add_one(x):
     return range(40_000_000)   # three ints on the channel; forty million items to whoever lists them
 """
+COLLIDING_KEYS = """
+from course_lib.runner import channel
+_dumps = channel.Endpoint.dumps
+class _Colliding:
+    pass
+def _long1(value):
+    raw = value.to_bytes((value.bit_length() + 8) // 8, "little", signed=True)
+    return b"\\x8a" + bytes([len(raw)]) + raw
+# 200,000 different ints k * (2**61 - 1), one hash: a dict of them costs 2 * 10**10 comparisons to build
+_PAIRS = b"".join(_long1(key * ((1 << 61) - 1)) + b"K\\x00" for key in range(1, 200_001))
+def _frame_by_hand(self, message):
+    if isinstance(message, dict) and isinstance(message.get("value"), _Colliding):
+        import pickle
+        request = pickle.dumps(message["reply"], protocol=2)[2:-1]
+        return b"\\x80\\x04}(\\x8c\\x05reply" + request + b"\\x8c\\x05value}(" + _PAIRS + b"uu."   # built by the unpickler
+    return _dumps(self, message)
+channel.Endpoint.dumps = _frame_by_hand
+def double(x):
+    return _Colliding()
+"""
+SIZES_AS_TEXT = """
+from course_lib.runner import channel
+class _Huge:
+    pass
+_persistent_id = channel._Pickler.persistent_id
+def _sizes_as_text(self, obj):   # a float32 view of 30,000 x 30,000 elements in 4 bytes, its sizes written as text
+    if isinstance(obj, _Huge):
+        return ("tensor", "float32", ("30000", "30000"), bytes(4), (0, 0), "cpu")
+    return _persistent_id(self, obj)
+channel._Pickler.persistent_id = _sizes_as_text
+def add_one(x):
+    return _Huge()
+"""
 STALL_PADDING = "def double(x):\n    return 2 * x\n" + ("# " + "p" * 100 + "\n") * 13_000
 # The limits of the grading run: small, so that each attack is cheap to stop.
 LIMITS = "memory=1GB,processes=128,disk=128MB,file=64MB"
@@ -330,7 +368,7 @@ ATTACKS = {
     "attack-disk-filler": dict(answers={"add_one": DISK_FILLER}),
     "attack-output-flood": dict(answers={"add_one": OUTPUT_FLOOD}),
     "attack-print-hidden": dict(answers={"add_one": PRINT_HIDDEN}),
-    "attack-feedback-script": dict(answers={"add_one": FEEDBACK_SCRIPT}),
+    "attack-feedback-script": dict(answers={"add_one": FEEDBACK_SCRIPT}, mutation="html-markdown"),
     "attack-module-by-name": dict(answers={"double": MODULE_BY_NAME}),
     "attack-stall": dict(answers={"add_one": STALL, "double": STALL_PADDING}),
     "attack-forged-timestamp": dict(mutation="timestamp"),
@@ -343,6 +381,8 @@ ATTACKS = {
     "attack-error-name-hidden": dict(answers={"add_one": ERROR_NAME_HIDDEN}),
     "attack-forged-kernel-died": dict(answers={"add_one": REMEMBER_HIDDEN, "double": FORGED_KERNEL_DIED}),
     "attack-huge-range": dict(answers={"add_one": HUGE_RANGE}),
+    "attack-colliding-keys": dict(answers={"double": COLLIDING_KEYS}),
+    "attack-tensor-sizes-as-text": dict(answers={"add_one": SIZES_AS_TEXT}),
 }
 STUDENTS.update(ATTACKS)
 
@@ -383,6 +423,8 @@ EXPECTED_CPU = {
     "attack-error-name-hidden": (6, 8),  # add_one raises on the hidden input: test_add_one lost
     "attack-forged-kernel-died": (5, 8),   # double raises a look-alike of the grader's KernelDied: test_double lost
     "attack-huge-range": (5, 8),         # add_one's range(40_000_000) is refused on receipt: its two tests lost
+    "attack-colliding-keys": (5, 8),     # its dict frame is malformed (the grader builds no dict): test_double lost
+    "attack-tensor-sizes-as-text": (2, 8),   # its tensor's fields are malformed: the kernel stops in test_add_one
 }
 FORGED_TIMESTAMP = "2001-01-01 00:00:00.000000 UTC\n<script>alert('gradebook')</script>\n"
 # Hand-in times (timestamp.txt) of two students, around the due time test_grading_rules grades with.
@@ -417,6 +459,8 @@ def write_submissions(release_dir: Path, solutions_lab: Path, out_dir: Path) -> 
                 unknown.source = "open('/tmp/COPIED-CELL-RAN-IN-THE-GRADER', 'w').write('x')"
                 copy["id"], unknown["id"] = "copied-test", "unknown-test"
                 notebook.cells += [copy, unknown]
+            if name == "ch1" and mutation == "html-markdown":   # a written answer with HTML in it
+                notebook.cells.append(nbformat.v4.new_markdown_cell(HTML_MARKDOWN))
             if name == "ch1" and mutation == "timestamp":
                 (folder / "timestamp.txt").write_text(FORGED_TIMESTAMP)
             if name == "ch1" and student in TIMESTAMPS:

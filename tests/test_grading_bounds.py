@@ -211,6 +211,43 @@ def test_the_rendered_page_has_no_script_a_strict_policy_and_the_graders_verdict
     assert "All tests passed: 77/77" not in finished, "the student's HTML banner is not rendered"
 
 
+def test_the_notebooks_left_for_formgrader_render_no_script_of_the_students():
+    """Formgrader renders `OUT/autograded/` in the instructor's Jupyter server with nbgrader's template, which
+    puts HTML and JavaScript outputs, an image's width, a Markdown cell's HTML and a grade_id into the page as
+    they are: the notebook the worker hands over is sanitized like the feedback, test cells kept."""
+    from nbconvert.exporters import HTMLExporter
+    from nbgrader.server_extensions.formgrader import handlers
+    from traitlets.config import Config
+
+    from autograde.feedback import reviewable_notebook
+
+    notebook = _student_notebook()
+    notebook.cells[0].outputs.append(nbformat.v4.new_output(
+        "display_data", data={"image/png": "iVBORw0KGgo=", "application/javascript": "alert('js')"},
+        metadata={"image/png": {"width": "1 onerror=alert('width')"}}))
+    notebook.cells[0].metadata["execution"] = {"iopub.status.busy": "2026-01-01T10:00:00.000001Z"}
+    test_cell = nbformat.v4.new_code_cell("assert f(1) == 2\n### BEGIN HIDDEN TESTS\nassert f(41) == 42\n"
+                                          "### END HIDDEN TESTS", metadata={"nbgrader": {
+                                              "grade": True, "grade_id": "test_f", "points": 2, "locked": True}})
+    notebook.cells.append(test_cell)
+    config = Config()
+    config.HTMLExporter.template_name = "formgrade"
+    config.HTMLExporter.extra_template_basedirs = [handlers.template_path]
+    resources = {"assignment_id": "lab", "notebook_id": "ch1", "submission_id": "s", "index": 0, "total": 1,
+                 "base_url": "", "student": "s", "last_name": None, "first_name": None, "notebook_path": "/ch1"}
+    before, _ = HTMLExporter(config=config).from_notebook_node(notebook, resources=dict(resources))
+    assert any("onerror" in tag for tag in unsafe_tags(before)), "nbgrader's own rendering runs them"
+    reviewed = nbformat.reads(reviewable_notebook(nbformat.writes(notebook).encode(), set()).decode(), as_version=4)
+    page, _ = HTMLExporter(config=config).from_notebook_node(reviewed, resources=dict(resources))
+    template, _ = HTMLExporter(config=config).from_notebook_node(nbformat.v4.new_notebook(), resources=dict(resources))
+    student_tags = set(unsafe_tags(page)) - set(unsafe_tags(template))   # formgrader's own scripts stay
+    assert student_tags == set(), student_tags
+    assert "alert('js')" not in page and "Mine" in page
+    assert "assert f(41) == 42" in reviewed.cells[-1].source and reviewed.cells[-1].metadata["nbgrader"]["grade"]
+    assert reviewed.cells[0].metadata["execution"] == notebook.cells[0].metadata["execution"]
+    assert reviewable_notebook(b"not a notebook", set()).startswith(b"{")
+
+
 def test_an_output_a_check_printed_keeps_its_text():
     kept = sanitize_output({"output_type": "execute_result", "execution_count": 3,
                             "data": {"text/plain": "42", "image/png": "iVBORw0KGgo="}})

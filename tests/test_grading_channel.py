@@ -289,7 +289,91 @@ def test_the_grader_refuses_pickles_that_could_build_objects(payload):
 
 
 def test_plain_pickles_pass_the_opcode_check():
-    check_opcodes(pickle.dumps({"a": [1, 2.0, "x", b"y", (None, True)], "s": {1}, "f": frozenset()}, protocol=5))
+    check_opcodes(pickle.dumps([1, 2.0, "x", b"y", (None, True), [[]], ()], protocol=5))
+
+
+_COLLIDING = [index * ((1 << 61) - 1) for index in range(1, 200_001)]   # 200,000 ints, one hash
+
+
+def _long1(value: int) -> bytes:
+    raw = value.to_bytes((value.bit_length() + 8) // 8, "little", signed=True)
+    return b"\x8a" + bytes([len(raw)]) + raw
+
+
+@pytest.mark.parametrize("container", [b"}(", b"\x8f("], ids=["dict", "set"])
+def test_a_dict_or_set_the_frame_builds_itself_is_refused_before_a_key_is_hashed(container):
+    """A 2.4 MB frame of a dict (or set) of 200,000 ints k * (2**61 - 1): they share one hash, so building it
+    takes n**2 / 2 comparisons in C, where no alarm reaches (the grading process ran past its CPU limit and
+    the submission went ungraded). The kernel sends dicts and sets as tuples; a frame that builds one is
+    malformed, refused before anything is unpickled."""
+    import time
+
+    grader = Endpoint(-1, -1, GRADER, lambda op, args: None)
+    keys = b"".join(_long1(key) + (b"K\x00" if container == b"}(" else b"") for key in _COLLIDING)
+    payload = b"\x80\x04" + container + keys + (b"u" if container == b"}(" else b"\x90") + b"."
+    started = time.monotonic()
+    with pytest.raises(ProtocolError, match="forbidden pickle opcode"):
+        grader.loads(payload)
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("value", [
+    _COLLIDING[:5000],                                        # a list a check may make a set of
+    tuple(_COLLIDING[:5000]),
+    {key: 0 for key in _COLLIDING[:2000]},                    # (built here in a second; there from its pairs)
+    [(key, "x") for key in _COLLIDING[:5000]],                # tuples whose first items collide collide too
+], ids=["list", "tuple", "dict", "tuples"])
+def test_items_made_to_share_one_hash_are_refused_on_receipt(value):
+    """Keys that share a hash cost the square of their number once a dict or set is made of them, by the
+    channel or by a check (``set(got)``): a container with more than MAX_SHARED_HASH different items of one
+    hash is refused like a value past any other limit, and the channel goes on."""
+    import time
+
+    started = time.monotonic()
+    with channel_pair() as (grader, _, _):
+        with pytest.raises(ValueTooLarge, match="with one hash"):
+            grader.request("echo", value)
+        assert grader.request("echo", [1, 2]) == [1, 2]
+    assert time.monotonic() - started < 10
+
+
+def test_large_dicts_sets_and_repeated_items_still_cross():
+    """Honest values: hashes that differ, and equal items (a repeated token id, a repeated pair) that share one."""
+    values = [{index: str(index) for index in range(100_000)}, {(index, index + 1) for index in range(50_000)},
+              frozenset(range(3000)), [0] * 100_000, [(1, 2)] * 5000, [2**70 + index for index in range(5000)],
+              {"k": [1, {"nested": {3}}]}, collections.Counter("mississippi")]
+    with channel_pair() as (grader, _, _):
+        for value in values:
+            got = grader.request("echo", value)
+            assert got == value and type(got) is (dict if isinstance(value, dict) else type(value))
+
+
+@pytest.mark.parametrize("pid", [
+    ("tensor", "float32", ("30000", "30000"), b"\0" * 4, (0, 0), "cpu"),   # sizes as text: 3.6 GB as copied
+    ("tensor", "float32", (30000.0, 30000.0), b"\0" * 4, (0, 0), "cpu"),
+    ("tensor", "float32", (True,), b"\0" * 4, (1,), "cpu"),
+    ("tensor", "float32", (2,), b"\0" * 8, ("1",), "cpu"),
+    ("tensor", ["float32"], (1,), b"\0" * 4, (1,), "cpu"),
+    ("ndarray", "<f4", ("2",), b"\0" * 8),
+    ("ndarray", [("a", "<f4", (100_000_000,))], (1,), b"\0" * 4),
+    ("range", "0", "40000000", "1"),                                      # list() of it: 1.5 GB
+    ("range", 0, 40_000_000.0, 1),
+    ("complex", "1e308", 1.0),
+    ("device", ["cuda"]),
+    ("dict", ("k",)),
+    ("dict", ["k", 1]),
+    ("set", [1, 2]),
+    ("tensor", "float32"),
+], ids=["text-sizes", "float-sizes", "bool-size", "text-stride", "list-dtype", "array-text-size",
+        "array-list-dtype", "text-range", "float-range", "text-complex", "list-device", "odd-dict", "list-dict",
+        "list-set", "short-tensor"])
+def test_a_persistent_id_whose_fields_are_not_what_the_encoder_writes_is_malformed(pid):
+    """The bound on tensors read the sizes only when they were ints, the rebuild turned text into ints: a
+    30,000 x 30,000 float32 view of 4 bytes (3.6 GB once a check compared it) crossed a 256 MB limit. Every
+    field is checked for its exact type first, so the measure and the build read the same values."""
+    grader = Endpoint(-1, -1, GRADER, lambda op, args: None)
+    with pytest.raises(ProtocolError, match="malformed"):
+        grader.loads(_frame_with_pid(pid))
 
 
 _plain_data = st.recursive(
@@ -376,14 +460,15 @@ def test_a_value_that_unfolds_into_billions_of_items_is_refused_before_it_is_bui
 
 
 @pytest.mark.parametrize("nested", [
-    b"}" + b")" + b"\x85" * 2_000_000 + b"K\x01s",        # {((((...)))): 1}, a tuple 2 million deep as a dict key
-    b"]" + b"(" * 3000 + b"l" * 3000 + b"a",                 # [[[[...]]]]: lists 3000 deep
+    b"\x8c\x04dict)" + b"\x85" * 2_000_000 + b"K\x01\x86\x86Q",  # {((((...)))): 1}: a tuple 2 million deep as a key
+    b"]" + b"(" * 3000 + b"l" * 3000 + b"a",                     # [[[[...]]]]: lists 3000 deep
 ], ids=["dict-key", "lists"])
 def test_a_value_nested_thousands_deep_is_refused(nested):
-    """A kernel can write its own frames. Hashing the dict key of the first one (as unpickling does)
+    """A kernel can write its own frames. Hashing the dict key of the first one (as building the dict does)
     recursed in C until the grader crashed with a segmentation fault; now it never gets that far."""
     grader = Endpoint(-1, -1, GRADER, lambda op, args: None)
-    payload = b"\x80\x04}(\x8c\x05replyK\x01\x8c\x05value" + nested + b"u."
+    # {"reply": 1, "value": nested}, as the kernel sends a dict: ("dict", (key, value, key, value)) by id
+    payload = b"\x80\x04\x8c\x04dict(\x8c\x05replyK\x01\x8c\x05value" + nested + b"t\x86Q."
     with pytest.raises(ProtocolError, match="nested more than"):
         grader.loads(payload)
 
@@ -666,11 +751,15 @@ def _frame_with_pid(pid: tuple) -> bytes:
     """A reply whose value is the persistent id ``pid``: what a kernel that writes its own frames sends."""
     import io
 
+    from course_lib.runner.channel import _hashed_pid
+
     marker = object()
 
     class Forger(pickle.Pickler):
         def persistent_id(self, obj):
-            return pid if obj is marker else None
+            if obj is marker:
+                return pid
+            return _hashed_pid(obj) if type(obj) is dict else None   # dicts as the kernel sends them
 
     buffer = io.BytesIO()
     Forger(buffer, protocol=5).dump({"reply": 1, "value": marker})
@@ -711,3 +800,14 @@ def test_a_reply_whose_id_is_not_a_number_is_a_malformed_message():
         with pytest.raises(ProtocolError, match="without a request id"):
             grader.request("echo_after_a_late_reply", [10_000], "fresh")
         assert grader.failure is not None
+
+
+def test_a_dict_that_holds_itself_is_an_error_of_the_students_code_and_the_channel_goes_on():
+    """Dicts cross as tuples of their items, so one that holds itself cannot be encoded: the reply is the
+    error (a RecursionError, as the student's), never a broken channel."""
+    looped: dict = {"name": "loop"}
+    looped["self"] = looped
+    with channel_pair() as (grader, _, _):
+        with pytest.raises(RecursionError):
+            grader.request("echo", looped)
+        assert grader.request("echo", {"fine": 1}) == {"fine": 1}

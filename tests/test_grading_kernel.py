@@ -372,3 +372,24 @@ def test_several_calls_on_a_student_object_cross_as_one_request(kernel):
     assert type(results[3][1]) is NotImplementedError and "write me" in str(results[3][1])
     assert isinstance(results[4][1], StudentError)
     assert "taking 1" in "".join(printed) and "taking 2" in "".join(printed)
+
+
+def test_each_test_cell_reads_the_names_the_notebook_holds_when_it_runs(kernel):
+    """A student who fixes a function in a cell between two test cells (03_kv_cache: kv_cache_bytes wrong in
+    its answer cell, fixed in the exploration cell under its test) passes the second one in JupyterLab and
+    with `course check`. The grader kept its first lookup for the whole notebook and failed it (0 of 2 points
+    for test_kv_cache_bytes_real_allocations). A name a test cell bound itself stays the test code's."""
+    from autograde.testcells import run_test_cell
+
+    def error(outputs):
+        return next((output for output in outputs if output["output_type"] == "error"), None)
+
+    namespace: dict = {}
+    outputs_of(kernel, "def area(w, h):\n    return w + h   # wrong\nsize = 1")
+    assert error(run_test_cell("limit = size\nassert area(2, 3) == 6, 'area(2, 3) should be 6'", kernel, namespace,
+                               timeout=30))["evalue"] == "area(2, 3) should be 6"
+    outputs_of(kernel, "def area(w, h):\n    return w * h   # fixed further down the notebook\nsize = 2")
+    assert error(run_test_cell("assert area(2, 3) == 6\nassert size == 2\nassert limit == 1, limit", kernel,
+                               namespace, timeout=30)) is None
+    outputs_of(kernel, "del area")
+    assert error(run_test_cell("area(2, 3)", kernel, namespace, timeout=30))["ename"] == "NameError"

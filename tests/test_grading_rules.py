@@ -418,6 +418,61 @@ def test_feedback_pages_run_no_script_and_show_the_graders_verdict(graded):
     assert "Grader's verdict: 6 / 6 points" in page
 
 
+def test_the_notebooks_formgrader_shows_the_instructor_run_no_script_of_the_students(graded):
+    """`course grade` leaves the autograded notebooks for formgrader, which renders them in the instructor's
+    own Jupyter server: the student's HTML and JavaScript outputs, an image's width and a Markdown cell's HTML
+    went into that page as they were, where a script can use the instructor's session (Jupyter's API: files,
+    terminals). They are sanitized like the feedback: what nbgrader's formgrader serves holds none of it."""
+    import nbformat
+    from nbconvert.exporters import HTMLExporter
+    from nbgrader.server_extensions.formgrader import handlers
+    from traitlets.config import Config
+
+    from tests.test_grading_bounds import unsafe_tags
+
+    root, _, _ = graded
+    path = root / "out" / "autograded" / "attack-feedback-script" / LAB / "ch1.ipynb"
+    notebook = json.loads(path.read_text())
+    kinds = {kind for c in notebook["cells"] for output in c.get("outputs", []) for kind in output.get("data", {})}
+    assert kinds <= {"text/plain", "image/png", "image/jpeg"}, kinds
+    assert HIDDEN_MARKER in path.read_text(), "the instructor's copy keeps the hidden tests"
+    config = Config()
+    config.HTMLExporter.template_name = "formgrade"
+    config.HTMLExporter.extra_template_basedirs = [handlers.template_path]
+    resources = {"assignment_id": LAB, "notebook_id": "ch1", "submission_id": "s", "index": 0, "total": 1,
+                 "base_url": "", "student": "attack-feedback-script", "last_name": None, "first_name": None,
+                 "notebook_path": "/ch1"}
+    page, _ = HTMLExporter(config=config).from_filename(str(path), resources=dict(resources))
+    template, _ = HTMLExporter(config=config).from_notebook_node(nbformat.v4.new_notebook(), resources=resources)
+    assert set(unsafe_tags(page)) - set(unsafe_tags(template)) == set(), "formgrader's own scripts only"
+    assert "document.title='OWNED-BY-JAVASCRIPT'\n" not in page, "no JavaScript output (its source shows, escaped)"
+    assert "My answer" in page, "the written answer shows, as text"
+
+
+def test_keys_made_to_share_a_hash_never_reach_the_graders_unpickler(graded):
+    """A 2.4 MB reply holding a dict of 200,000 ints k * (2**61 - 1): building it took the grader's C
+    unpickler past its CPU limit (the whole submission went ungraded, after minutes). The kernel sends dicts
+    as tuples, measured and hash-checked first; a frame that builds one is malformed, refused at once."""
+    root, _, report = graded
+    entry = by_student(report)["attack-colliding-keys"]
+    assert cell(entry, "ch1", "test_double")["status"] == "kernel died"   # how: withheld (hidden checks ran before)
+    assert cell(entry, "ch1", "test_add_one")["status"] == "passed"
+    assert cell(entry, "ch2", "test_square")["status"] == "passed"
+    stored = json.loads((root / "out" / "results" / LAB / "attack-colliding-keys.json").read_text())
+    assert stored["elapsed_s"] < 120, "refused at once, not after the grader's CPU limit"
+
+
+def test_a_tensor_whose_sizes_are_text_is_a_malformed_message(graded):
+    """The tensor bound read a shape's sizes only when they were ints; the rebuild read text as ints: a
+    30,000 x 30,000 float32 view of 4 bytes crossed the 256 MB bound and the check's comparison with it made
+    900 MB in the grader. Every field of what the kernel sends is checked for its exact type first."""
+    _, _, report = graded
+    entry = by_student(report)["attack-tensor-sizes-as-text"]
+    died = cell(entry, "ch1", "test_add_one")
+    assert died["status"] == "kernel died" and "malformed tensor" in died["reason"], died
+    assert cell(entry, "ch2", "test_square")["points"] == 2
+
+
 def test_a_module_from_the_kernel_is_never_imported_by_the_grader(graded):
     _, _, report = graded
     entry = by_student(report)["attack-module-by-name"]

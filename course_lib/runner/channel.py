@@ -22,7 +22,14 @@ message is a length-prefixed frame of a *restricted* pickle:
 The grader never unpickles a class: ``find_class`` refuses everything, and before loading a frame
 from the kernel the grader checks that the pickle uses only the opcodes of plain data and of
 persistent ids (no REDUCE, BUILD, GLOBAL...), so a hand-made frame can neither run code in the
-grader nor change one of its objects. Modules never cross: a module the student's code returns
+grader nor change one of its objects. Nor does the unpickler build a dict or a set from the kernel:
+hashing their keys is quadratic when the keys share one hash (200,000 ints ``k * (2**61 - 1)``, a
+2.4 MB frame, kept the grader's C code busy past its CPU limit), so the kernel sends each as its
+lists of keys and values, and the grader builds it only once those lists are measured, their
+hashes included (``receipt``). Each persistent id's fields are checked for their exact types
+before they are measured, and the object is built from those fields as they are (a tensor's
+sizes sent as text once slipped past the measure, which skipped them, into the build, which
+read them as ints). Modules never cross: a module the student's code returns
 is a handle like any other object, and a test cell imports what it needs itself. Exceptions cross
 as (type name, module, message, traceback text), each clipped to a few kilobytes; the grader
 rebuilds every one as the student's error (``rebuild_error``), never as one of its own classes.
@@ -62,8 +69,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from course_lib.runner.receipt import (ValueTooLarge, copied_bytes, message_refusal, range_refusal, refusal,
-                                      tensor_refusal)
+from course_lib.runner.receipt import (HASH_CHECKED_ITEMS, ValueTooLarge, copied_bytes, hash_refusal, message_refusal, range_refusal,
+                                      refusal, tensor_refusal)
 
 __all__ = [
     "ChannelClosed",
@@ -205,18 +212,21 @@ class FrameReader:
 
 _PLAIN = frozenset({type(None), bool, int, float, str, bytes, list, tuple, dict, set, frozenset})
 
-# Opcodes of plain data, containers, the memo and persistent ids: everything else (GLOBAL, REDUCE,
-# BUILD, INST, OBJ, NEWOBJ, EXT*, buffers) could build or change arbitrary objects.
+# Opcodes of plain data, lists, tuples, the memo and persistent ids: everything else (GLOBAL, REDUCE,
+# BUILD, INST, OBJ, NEWOBJ, EXT*, buffers) could build or change arbitrary objects, and the dict and
+# set opcodes would hash keys in C before anything is measured (the kernel sends dicts and sets as
+# persistent ids of their lists, ``_hashed_pid``).
 _SAFE_OPCODES = frozenset({
     "PROTO", "FRAME", "STOP", "MARK", "POP", "POP_MARK", "DUP",
     "NONE", "NEWTRUE", "NEWFALSE", "INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4",
     "FLOAT", "BINFLOAT", "STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "SHORT_BINUNICODE",
     "BINUNICODE", "BINUNICODE8", "BINBYTES", "SHORT_BINBYTES", "BINBYTES8",
     "EMPTY_LIST", "APPEND", "APPENDS", "LIST", "EMPTY_TUPLE", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3",
-    "EMPTY_DICT", "DICT", "SETITEM", "SETITEMS", "EMPTY_SET", "ADDITEMS", "FROZENSET",
     "PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE", "GET", "BINGET", "LONG_BINGET",
     "PERSID", "BINPERSID",
 })
+_HASHED = frozenset({dict, set, frozenset})
+_HASHED_TAGS = frozenset({"dict", "set", "frozenset"})
 
 @dataclass(frozen=True)
 class Shared:
@@ -252,10 +262,29 @@ def _dataclass_pid(obj: Any, side: str) -> tuple | None:
     return ("dataclass", kind.__module__, kind.__qualname__, values)
 
 
+def _hashed_pid(obj: dict | set | frozenset) -> tuple:
+    """A dict, set or frozenset as a tuple of what it holds: ``("dict", (key, value, key, value...))``,
+    ``("set", (item, item...))``. How the kernel sends them (the grader's unpickler builds no dict or set:
+    see the module docstring)."""
+    if isinstance(obj, dict):
+        return ("dict", tuple(itertools.chain.from_iterable(obj.items())))
+    return ("frozenset" if isinstance(obj, frozenset) else "set", tuple(obj))
+
+
+def _build_hashed(tag: str, flat: tuple) -> dict | set | frozenset:
+    """The dict, set or frozenset ``_hashed_pid`` describes (its keys' hashes checked, on the grader)."""
+    if tag == "dict":
+        if len(flat) % 2:
+            raise ProtocolError(f"malformed dict: {len(flat)} items, not pairs of a key and a value")
+        pairs = iter(flat)
+        return dict(zip(pairs, pairs))
+    return set(flat) if tag == "set" else frozenset(flat)
+
+
 def _stdlib_container_pid(obj: Any) -> tuple | None:
     """Standard containers become their plain equivalents (a Counter is a dict of counts)."""
     if isinstance(obj, (collections.Counter, collections.OrderedDict, collections.defaultdict)):
-        return ("dict", dict(obj))
+        return _hashed_pid(obj)
     if isinstance(obj, collections.deque):
         return ("list", list(obj))
     if isinstance(obj, tuple) and hasattr(type(obj), "_fields"):  # a named tuple
@@ -271,7 +300,7 @@ class _Pickler(pickle.Pickler):
     def persistent_id(self, obj: Any):  # noqa: C901 - one dispatch on the kinds of values
         kind = type(obj)
         if kind in _PLAIN:
-            return None
+            return _hashed_pid(obj) if kind in _HASHED and self.endpoint.side == KERNEL else None
         if isinstance(obj, (RemoteObject, _SharedProxy)):
             return ("ref", obj._owner, obj._id)
         if isinstance(obj, RemoteMethod):
@@ -403,8 +432,6 @@ def _rebuild_tensor(dtype_name: str, shape: tuple, raw: bytes, stride: tuple | N
     dtype = getattr(torch, dtype_name, None)
     if not isinstance(dtype, torch.dtype):
         raise ProtocolError(f"unknown tensor dtype {dtype_name!r}")
-    shape = tuple(int(size) for size in shape)
-    stride = tuple(int(step) for step in stride) if stride is not None else None
     if stride is not None and (len(stride) != len(shape) or any(step < 0 for step in stride)):
         raise ProtocolError(f"bad strides {stride} for shape {shape}")
     device = _receiving_device(device_name)
@@ -495,6 +522,10 @@ class _Unpickler(pickle.Unpickler):
         if not isinstance(pid, tuple) or not pid or not isinstance(pid[0], str):
             raise ProtocolError(f"malformed persistent id {pid!r}")
         if self.endpoint.side == GRADER:
+            if pid[0] in _HASHED_TAGS and len(pid) == 2 and type(pid[1]) is tuple \
+                    and len(pid[1]) <= 2 * HASH_CHECKED_ITEMS:   # too few keys to collide at any cost
+                return _build_hashed(pid[0], pid[1])   # (most messages: the envelope is one)
+            check_fields(pid[0], pid[1:])
             problem = _pid_refusal(pid, self)
             if problem is not None:
                 self.refusals.append(problem)
@@ -506,16 +537,21 @@ class _Unpickler(pickle.Unpickler):
             return _rebuild_tensor(*fields)
         if tag == "ndarray":
             return _rebuild_ndarray(*fields)
-        if tag in ("value", "dict", "list", "tuple", "bytes"):
+        if tag in ("value", "list", "tuple", "bytes"):
             value = fields[0]
-            expected = {"dict": dict, "list": list, "tuple": tuple, "bytes": bytes}.get(tag)
+            expected = {"list": list, "tuple": tuple, "bytes": bytes}.get(tag)
             if expected is not None and type(value) is not expected:
                 raise ProtocolError(f"{tag} expected, got {type(value).__name__}")
             return value
+        if tag in _HASHED_TAGS:   # on the grader, its keys' hashes are checked first (_pid_refusal)
+            (flat,) = fields
+            if type(flat) is not tuple:
+                raise ProtocolError(f"malformed {tag}: it crosses as a tuple of what it holds")
+            return _build_hashed(tag, flat)
         if tag == "complex":
-            return complex(float(fields[0]), float(fields[1]))
+            return complex(*fields)
         if tag == "range":
-            return range(*(int(field) for field in fields))
+            return range(*fields)
         if tag == "slice":
             return slice(*fields)
         if tag == "dtype":
@@ -528,7 +564,7 @@ class _Unpickler(pickle.Unpickler):
         if tag == "device":
             import torch
 
-            return torch.device(str(fields[0]))
+            return torch.device(fields[0])
         trusted = self.endpoint.side == KERNEL   # what the grader sends may name any course_lib module
         if tag == "enum":
             module_name, qualname, member = fields
@@ -558,27 +594,68 @@ class _Unpickler(pickle.Unpickler):
         raise ProtocolError(f"unknown tag {tag!r}")
 
 
+_INT, _NAME = "int", "str"   # field kinds beside Python types: an exact int (no bool), a string
+_PID_FIELDS: dict[str, tuple] = {
+    "tensor": (_NAME, "shape", bytes, "shape", _NAME), "ndarray": (_NAME, "shape", bytes),
+    "complex": (float, float), "range": (_INT, _INT, _INT), "dtype": (_NAME,), "device": (_NAME,),
+    "list": (list,), "tuple": (tuple,), "bytes": (bytes,), "dict": (tuple,), "set": (tuple,),
+    "frozenset": (tuple,), "enum": (_NAME, _NAME, _NAME), "dataclass": (_NAME, _NAME, dict),
+    "ref": (_NAME, _INT), "handle": (_NAME, _INT, dict),
+}   # "value" (a numpy scalar's number) and "slice" hold plain values, built as they are
+
+
+def check_fields(tag: str, fields: tuple) -> None:
+    """Refuse (``ProtocolError``) a persistent id from the kernel whose fields are not exactly what the
+    grader's own encoder writes: the measure and the build then read the same values (the sizes of a
+    tensor are ints, never text that the build would read as ints while the measure skipped it)."""
+    if tag in ("value", "slice"):
+        if len(fields) != (1 if tag == "value" else 3):
+            raise ProtocolError(f"malformed {tag}: {len(fields)} fields")
+        return
+    kinds = _PID_FIELDS.get(tag)
+    if kinds is None:
+        raise ProtocolError(f"unknown tag {clip_repr(tag)}")
+    if len(fields) != len(kinds) or not all(_field_is(field, kind) for field, kind in zip(fields, kinds)):
+        raise ProtocolError(f"malformed {tag}: its fields are not those of one "
+                            f"({', '.join(type(field).__name__ for field in fields[:8])})")
+
+
+def _field_is(field: Any, kind: Any) -> bool:
+    if kind == _INT:
+        return type(field) is int
+    if kind == _NAME:
+        return type(field) is str
+    if kind == "shape":   # sizes or strides: a tuple of ints >= 0
+        return type(field) is tuple and all(type(size) is int and size >= 0 for size in field)
+    return type(field) is kind
+
+
 def _pid_refusal(pid: tuple, unpickler: _Unpickler) -> str | None:
     """Why the object a persistent id from the kernel describes is past the grader's limits, or None.
 
     Checked before it is built: a range is lazy (its length, not its three ints, is what a check's
     ``list()`` costs), a tensor's or array's shape says what one elementwise operation on it copies,
-    and a dataclass's values go through its ``__init__``. Every other field is plain data, measured
-    like any value.
+    a dict's or set's keys are hashed to build it (quadratic when they share a hash), and a
+    dataclass's values go through its ``__init__``. Lists, tuples and the contents of dicts and sets
+    are measured with the whole message once it is built (``message_refusal``); every other field is
+    plain data, measured here like any value.
     """
-    tag, fields = pid[0], pid[1:]
-    if tag in ("tensor", "ndarray") and len(fields) >= 3:
+    tag, fields = pid[0], pid[1:]   # checked by check_fields
+    if tag in ("tensor", "ndarray"):
         dtype_name, shape = fields[0], fields[1]
         problem = refusal((dtype_name, shape) + tuple(fields[3:]))   # not the raw bytes: the frame bounds them
-        if problem is None and isinstance(shape, tuple) and all(type(size) is int for size in shape):
+        if problem is None:
             element_bytes = _element_bytes(tag, dtype_name)
             problem = tensor_refusal("tensor" if tag == "tensor" else "array", shape, element_bytes,
                                      unpickler.tensor_bytes)
             unpickler.tensor_bytes += copied_bytes(shape, element_bytes) if problem is None else 0
         return problem
+    if tag in _HASHED_TAGS:
+        return hash_refusal(fields[0][0::2] if tag == "dict" else fields[0])
+    if tag in ("list", "tuple", "bytes", "value"):
+        return None
     problem = refusal(fields)
-    if problem is None and tag == "range" and len(fields) == 3 and all(type(end) is int for end in fields) \
-            and fields[2] != 0:
+    if problem is None and tag == "range" and fields[2] != 0:
         problem = range_refusal(range(*fields))
     return problem
 
@@ -627,6 +704,11 @@ def check_opcodes(payload: bytes, positions: list[int] | None = None) -> None:
     """
     index, end = 0, len(payload)
     reuses, containers = False, 0
+    # A short string used again (a persistent id's tag, a dict key) is one item per use, like a new one:
+    # the memo slots MEMOIZE gave such strings may be taken again without the unfolding walk. Any other
+    # reuse, or a memo slot the frame numbers itself (PUT), needs the walk.
+    short_strings: set[int] = set()
+    memoized, after_short_string = 0, False
     while index < end:
         code = payload[index]
         length = _ALLOWED_OPCODES.get(code)
@@ -638,9 +720,17 @@ def check_opcodes(payload: bytes, positions: list[int] | None = None) -> None:
             positions.append(index)
         index += 1
         if code in _REUSE:
-            reuses = True
+            if code != _BINGET or index >= end or payload[index] not in short_strings:
+                reuses = True
         elif code in _CONTAINERS:
             containers += 1
+        elif code == _MEMOIZE:
+            if after_short_string:
+                short_strings.add(memoized)
+            memoized += 1
+        elif code in _NUMBERED_PUTS:
+            reuses = True
+        after_short_string = code in _SHORT_STRINGS
         if code == _STOP:
             # Only a frame that refers to an object twice can unfold into more than its bytes, and only
             # one with more containers than MAX_NESTING can nest them deeper than that.
@@ -667,19 +757,19 @@ def check_opcodes(payload: bytes, positions: list[int] | None = None) -> None:
 
 _CODES = {opcode.name: ord(opcode.code.encode("latin-1")) for opcode in pickletools.opcodes}
 _REUSE = frozenset(_CODES[name] for name in ("GET", "BINGET", "LONG_BINGET", "DUP"))
+_BINGET, _MEMOIZE = _CODES["BINGET"], _CODES["MEMOIZE"]
+_NUMBERED_PUTS = frozenset(_CODES[name] for name in ("PUT", "BINPUT", "LONG_BINPUT"))
+_SHORT_STRINGS = frozenset(_CODES[name] for name in ("SHORT_BINUNICODE", "SHORT_BINBYTES", "SHORT_BINSTRING"))
 MAX_EXPANDED_ITEMS = 1 << 25   # items a message from the kernel may unfold into (each use of a shared object counted)
 MAX_NESTING = 500              # containers inside containers: Python's own recursion limit is 1000
 _BIG_ITEM_BYTES = 256          # a string, bytes or int counts one item more per this many bytes
 _NEW_ATOM = frozenset(_CODES[name] for name in (
     "NONE", "NEWTRUE", "NEWFALSE", "INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "FLOAT",
     "BINFLOAT", "STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "SHORT_BINUNICODE", "BINUNICODE",
-    "BINUNICODE8", "BINBYTES", "SHORT_BINBYTES", "BINBYTES8", "EMPTY_LIST", "EMPTY_TUPLE", "EMPTY_DICT",
-    "EMPTY_SET", "PERSID"))
-_FROM_MARK = frozenset(_CODES[name] for name in ("LIST", "TUPLE", "DICT", "FROZENSET"))
-_INTO_FROM_MARK = frozenset(_CODES[name] for name in ("APPENDS", "SETITEMS", "ADDITEMS"))
+    "BINUNICODE8", "BINBYTES", "SHORT_BINBYTES", "BINBYTES8", "EMPTY_LIST", "EMPTY_TUPLE", "PERSID"))
+_FROM_MARK = frozenset(_CODES[name] for name in ("LIST", "TUPLE"))
 _CONTAINERS = frozenset(_CODES[name] for name in (
-    "EMPTY_LIST", "EMPTY_TUPLE", "EMPTY_DICT", "EMPTY_SET", "LIST", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "DICT",
-    "FROZENSET"))
+    "EMPTY_LIST", "EMPTY_TUPLE", "LIST", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3"))
 _TUPLE_N = {_CODES["TUPLE1"]: 1, _CODES["TUPLE2"]: 2, _CODES["TUPLE3"]: 3}
 _GETS = {_CODES["GET"]: None, _CODES["BINGET"]: 1, _CODES["LONG_BINGET"]: 4}
 _PUTS = {_CODES["PUT"]: None, _CODES["BINPUT"]: 1, _CODES["LONG_BINPUT"]: 4}
@@ -779,10 +869,7 @@ def check_expansion(payload: bytes, limit: int = MAX_EXPANDED_ITEMS, nesting: in
             elif code == _CODES["APPEND"]:
                 item = stack.pop()
                 objects.grow(stack[-1], [item])
-            elif code == _CODES["SETITEM"]:
-                value, key = stack.pop(), stack.pop()
-                objects.grow(stack[-1], [key, value])
-            elif code in _INTO_FROM_MARK:
+            elif code == _CODES["APPENDS"]:
                 start = marks.pop()
                 items = stack[start:]
                 del stack[start:]
@@ -1407,7 +1494,7 @@ class Endpoint:
             reply = {"reply": request_id, "value": value}
         try:
             self.send(reply)
-        except (TypeError, pickle.PicklingError, ProtocolError) as error:
+        except (TypeError, pickle.PicklingError, ProtocolError, RecursionError) as error:   # (a dict that holds itself)
             self.send({"reply": request_id, "error": describe_error(error)})
 
     def serve_forever(self) -> None:

@@ -20,7 +20,14 @@ comments):
 - ``MAX_DEPTH`` containers nested in one another;
 - ``MAX_TENSOR_BYTES`` bytes in one tensor or array, ``MAX_MESSAGE_TENSOR_BYTES`` in all those of one
   message (as copied: a view counts every element it shows, not the storage behind it, so a
-  thousand stride-0 views of four bytes each count as what they show).
+  thousand stride-0 views of four bytes each count as what they show);
+- ``MAX_SHARED_HASH`` distinct items of one container with one hash. A dict or a set of ``n`` keys
+  that share a hash costs ``n**2 / 2`` comparisons to build, in C: 200,000 ints ``k * (2**61 - 1)``
+  (2.4 MB) take the grader half an hour, and ints of 61 bits or more, tuples, frozensets and complex
+  numbers can be made to collide as often as one likes (strings and bytes cannot: their hashes are
+  salted per process). So every container of more than ``HASH_CHECKED_ITEMS`` items is checked
+  before a dict or set is made of it, by the channel (the kernel sends dicts and sets as lists) or
+  by a check (``set(got)``).
 
 A value past a limit is refused whole: the check gets ``ValueTooLarge`` instead of it (a reply)
 or the student's code gets it (a request the kernel made of a lent object), with a plain sentence
@@ -29,12 +36,14 @@ that names the limit, and the cell fails; the kernel and the rest of the noteboo
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import os
 from typing import Any
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_INT_BITS", "MAX_ITEMS", "MAX_MESSAGE_ITEMS", "MAX_MESSAGE_TENSOR_BYTES",
-           "MAX_STR_CHARS", "MAX_TENSOR_BYTES", "ValueTooLarge", "copied_bytes", "message_refusal", "range_refusal",
-           "refusal", "tensor_refusal"]
+__all__ = ["HASH_CHECKED_ITEMS", "MAX_BYTES", "MAX_DEPTH", "MAX_INT_BITS", "MAX_ITEMS", "MAX_MESSAGE_ITEMS",
+           "MAX_MESSAGE_TENSOR_BYTES", "MAX_SHARED_HASH", "MAX_STR_CHARS", "MAX_TENSOR_BYTES", "ValueTooLarge",
+           "copied_bytes", "hash_refusal", "message_refusal", "range_refusal", "refusal", "shared_hash_refusal", "tensor_refusal"]
 
 # The largest of each the reference answers of the five labs send the grader, measured while grading them
 # (the ``correct`` demo student, every chapter, on a CPU): a list of 1,683 items, a dict of 350, 1,684 items
@@ -50,8 +59,14 @@ MAX_INT_BITS = 4096            # bits in one int
 MAX_DEPTH = 32                 # containers nested in one another
 MAX_TENSOR_BYTES = 256 << 20   # bytes of one tensor or array, as copied
 MAX_MESSAGE_TENSOR_BYTES = 512 << 20   # bytes of all the tensors and arrays of one message, as copied
+MAX_SHARED_HASH = 64           # distinct items of one container with one hash (random 64-bit hashes: 1 or 2)
+HASH_CHECKED_ITEMS = 1024      # containers larger than this have their items' hashes counted
 
 _NUMBERS = frozenset({int, bool, float, complex, type(None)})
+# Hashes salted per process, which a kernel cannot aim (unless this process was started with a fixed seed).
+_SALTED = frozenset({str, bytes}) if os.environ.get("PYTHONHASHSEED", "random") == "random" else frozenset()
+_UNHASHABLE = frozenset({list, dict, set})   # in no dict or set at all
+_NO_COLLISIONS_BELOW_BITS = 60      # distinct ints under 2**60 in magnitude never share a hash (it is x mod 2**61 - 1)
 _SEQUENCES = frozenset({list, tuple, set, frozenset})
 
 
@@ -78,6 +93,57 @@ def range_refusal(value: range) -> str | None:
     if length > MAX_ITEMS:
         return _limit_sentence(f"a range of {length:,} items", f"{MAX_ITEMS:,} items in one range or container")
     return None
+
+
+def shared_hash_refusal(items) -> str | None:
+    """Why a container's items would make a dict or set of them quadratic to build, or None: more than
+    ``MAX_SHARED_HASH`` distinct items with one hash. Unhashable items are left out (no dict holds them)."""
+    try:
+        hashes = list(map(hash, items))
+    except TypeError:
+        hashes = [_hash_or_none(item) for item in items]
+    counts = collections.Counter(hashes)
+    crowded = {value for value, count in counts.items() if count > MAX_SHARED_HASH and value is not None}
+    if not crowded:
+        return None
+    distinct: dict[int, list] = {value: [] for value in crowded}
+    for item, value in zip(items, hashes):
+        if value in crowded:
+            seen = distinct[value]
+            if not any(item == other for other in seen):   # equal items (a repeated token) share a hash honestly
+                seen.append(item)
+                if len(seen) > MAX_SHARED_HASH:
+                    return _limit_sentence(f"more than {MAX_SHARED_HASH} different items with one hash in one "
+                                           "container (made to collide: a dict or set of them costs the square "
+                                           "of their number)", f"{MAX_SHARED_HASH} items of one container with "
+                                                                "one hash")
+    return None
+
+
+def hash_refusal(items) -> str | None:
+    """``shared_hash_refusal`` for a container large enough to matter whose items can be made to collide."""
+    if len(items) <= HASH_CHECKED_ITEMS:
+        return None
+    items = items if isinstance(items, (list, tuple)) else list(items)
+    return shared_hash_refusal(items) if _may_collide(items, set(map(type, items))) else None
+
+
+def _hash_or_none(item: Any) -> int | None:
+    try:
+        return hash(item)
+    except TypeError:
+        return None
+
+
+def _may_collide(items, kinds: set[type]) -> bool:
+    """Whether items of these kinds can be made to share hashes (see the module docstring)."""
+    kinds = kinds - _UNHASHABLE
+    if kinds <= _SALTED:
+        return False
+    if kinds <= {int, bool, float, type(None)}:   # floats share a hash with a few dozen others at most
+        ints = [item for item in items if type(item) is int]
+        return bool(ints) and max(max(ints), -min(ints), key=int.bit_length).bit_length() >= _NO_COLLISIONS_BELOW_BITS
+    return True
 
 
 def copied_bytes(shape: tuple, element_bytes: int) -> int:
@@ -163,7 +229,7 @@ class _Measure:
                                    f"{MAX_ITEMS:,} items in one range or container")
         if (problem := self.count(len(items))) is not None:
             return problem
-        return self.items_of(items, depth + 1)
+        return self.items_of(items, depth + 1) or self.hashes_of(items)
 
     def mapping(self, value: dict, depth: int) -> str | None:
         if depth >= MAX_DEPTH:
@@ -172,7 +238,12 @@ class _Measure:
             return _limit_sentence(f"a dict of {len(value):,} items", f"{MAX_ITEMS:,} items in one range or container")
         if (problem := self.count(2 * len(value))) is not None:
             return problem
-        return self.items_of(value.keys(), depth + 1) or self.items_of(value.values(), depth + 1)
+        return self.items_of(value.keys(), depth + 1) or self.items_of(value.values(), depth + 1) \
+            or self.hashes_of(value.values())
+
+    @staticmethod
+    def hashes_of(items) -> str | None:
+        return hash_refusal(items)
 
     def items_of(self, items, depth: int) -> str | None:
         """Every item of a container; a container of numbers only (most large ones) is measured in C."""
