@@ -287,6 +287,7 @@ def test_only_system_folders_stay_visible(tmp_path):
 
 def test_a_check_can_look_inside_a_student_object_it_holds_a_handle_to(kernel):
     """checks.type_name / checks.attributes: the DecodeCache check finds a course KVCache in a list."""
+    import course_lib.sampling  # noqa: F401 - a frozen course dataclass crosses by value: its module must be loaded here
     from course_lib.checks import attributes, is_remote, type_name
     from course_lib.checks.decode import _holds_course_cache
 
