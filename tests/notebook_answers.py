@@ -31,11 +31,12 @@ def hidden_region(solution_notebook: Path, grade_id: str) -> str:
 
 
 def hidden_cases(solution_notebook: Path, grade_id: str, name: str, checks: ModuleType) -> Any:
-    """The value a test cell's hidden region gives ``name``: the region's top-level imports and
-    assignments run (its checks do not), with ``checks`` the module its test cell imports as ``checks``."""
+    """The value a test cell's hidden region gives ``name``: the region's top-level imports, function
+    definitions and assignments run (its checks do not), with ``checks`` the module its test cell
+    imports as ``checks``."""
     tree = ast.parse(hidden_region(solution_notebook, grade_id))
-    tree.body = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom, ast.Assign,
-                                                                 ast.AugAssign))]
+    tree.body = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef,
+                                                                 ast.Assign, ast.AugAssign))]
     namespace: dict[str, Any] = {"checks": checks}
     exec(compile(tree, f"<hidden region of {grade_id}>", "exec"), namespace)
     return namespace[name]
