@@ -5,20 +5,24 @@ and ``### END HIDDEN TESTS``), which ``course release`` strips from the student'
 ships ``course_lib`` whole, the checks included, so whatever a function of it returns, a student
 can compute too. Two patterns put hidden inputs in the kit, and this module finds both:
 
-- **a call that carries nothing of the hidden region's own.** A hidden region's call into
-  ``course_lib`` must carry something written in the region: a number, a literal list or tuple, a
-  string the called module does not spell (a string it does spell, such as a scenario's name, is a
-  key into data it ships), or a name the region binds; or it must appear, word for word, in code
-  the student's notebooks show (then it repeats a visible input, a public fixture such as
-  ``checks.smollm2_config()``). ``checks.more_streams()`` fails: every stream it returns is in the
-  kit. ``checks.random_kv_router_script(seed=203)`` passes: without the seed the generator's code
-  says nothing of the script.
-- **a visible test that takes a slice of what a shipped function returns**
+- **a call that carries nothing of the hidden region's own.** Every outermost call a hidden region
+  makes into ``course_lib`` (a shipped call inside another's arguments is judged with it) must carry
+  something written in the region: a number, a literal (list, tuple, dict, a string inside one), a
+  string argument the called module does not spell (one it spells, such as a scenario's name, is a
+  key into data it ships), a value of another module (``torch.float16``), a function the region
+  defines, or a name the region binds, every time, from something that carries (a loop over
+  ``range(3)`` does, one over ``checks.more_streams()`` does not). Or, when it uses no name of the
+  region's own, it must appear word for word in code the student's notebooks show: it then repeats a
+  visible input or a public fixture (``checks.smollm2_config()``). ``checks.more_streams()`` fails:
+  every stream it returns is in the kit. ``checks.random_kv_router_events(202, 3)`` passes: without
+  the seed the generator's code says nothing of the script.
+- **a visible test that takes a slice of what a shipped check module returns**
   (``checks.admission_cases()[:checks.VISIBLE_ADMISSION_CASES]``): the function returns more cases
   than the visible test runs, and the rest are in the kit for the hidden test to use.
 
-What the rule cannot see: a call whose only own argument is a description string, and a seed a
-student could guess (``seed=1``). Both are judgement left to review.
+It reads code, so it cannot see a call whose only own argument is a description string, a number
+that only indexes a shipped list (``checks.cases()[12]``), or a seed a student could guess
+(``seed=1``): those are left to review.
 
     python tests/hidden_inputs.py            # every finding, or "no hidden inputs in the kit"
     python tests/hidden_inputs.py lab05-serving
