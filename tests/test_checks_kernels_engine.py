@@ -11,9 +11,12 @@ import torch
 
 from course_lib.checks import CheckFailed
 from course_lib.checks import kernels_engine as checks
-from tests.kernel_notebooks import fails as _fails, demo_answers, replace_in_answer, student
+from tests.kernel_notebooks import SOLUTIONS, fails as _fails, demo_answers, replace_in_answer, student
+from tests.notebook_answers import hidden_cases
 
 ENGINE = "05_into_the_engine"
+# The graded test's drifting device, written in its hidden region (the kit does not ship it).
+DRIFTING = hidden_cases(SOLUTIONS / f"{ENGINE}.ipynb", "test_time_paired_hidden", "drifting", checks)
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +54,11 @@ def test_simulated_device_drift_spikes_and_first_call():
 
 
 def test_reference_time_paired_passes_every_scenario(reference):
-    for scenario in checks.SCENARIOS:
+    for scenario in [*checks.SCENARIOS, DRIFTING]:
         checks.check_time_paired(reference["time_paired"], scenario)
     checks.check_time_paired(reference["time_paired"], "noisy", repeats=31, warmup=1)
+    checks.check_time_paired(reference["time_paired"], DRIFTING, repeats=15, warmup=0, cost_scale=2.3)
+
 
 
 def test_not_alternating_is_named():
@@ -92,7 +97,7 @@ def test_timing_the_warmup_too_is_caught():
 
 
 def test_unknown_scenario_is_a_clear_error(reference):
-    with pytest.raises(ValueError, match="scenario must be one of"):
+    with pytest.raises(ValueError, match=r"scenario must be \(costs, device settings, purpose\) or one of"):
         checks.check_time_paired(reference["time_paired"], "sunny")
 
 

@@ -29,12 +29,18 @@ from course_lib.scheduler import (
     SchedulerConfig,
     SchedulerOutput,
 )
-from tests.notebook_answers import answer_sources
+from tests.notebook_answers import answer_sources, hidden_cases
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "lab01-text-to-tensors" / "05_pipeline.ipynb"
 CHAPTER4 = ROOT / "solutions" / "lab01-text-to-tensors" / "04_paging.ipynb"
 DEMO_SPECS = ROOT / "autograde" / "demo" / "lab01-text-to-tensors"
+
+# The graded tests' scenarios, written in the hidden regions of the test cells (the kit does not ship them).
+HIDDEN_SCENARIOS = {grade_id: hidden_cases(SOLUTION, grade_id, "more_scenarios", checks)
+                    for grade_id in ("test_scheduler_admission", "test_scheduler_update", "test_scheduler_preemption")}
+STOP_CONDITIONS = HIDDEN_SCENARIOS["test_scheduler_update"][0]
+PREEMPTS_ITSELF = HIDDEN_SCENARIOS["test_scheduler_preemption"][0]
 
 
 def _answer_sources() -> dict[str, str]:
@@ -97,6 +103,17 @@ def test_subclasses_of_the_reference_classes_earn_nothing():
 @pytest.mark.parametrize("name", sorted(checks.SCHEDULER_SCENARIOS))
 def test_reference_scheduler_passes_every_scenario(reference, name):
     checks.check_scheduler_scenario(reference["FCFSScheduler"], name)
+
+
+@pytest.mark.parametrize("scenario", [scenario for scenarios in HIDDEN_SCENARIOS.values() for scenario in scenarios],
+                         ids=lambda scenario: scenario.run.__name__)
+def test_reference_scheduler_passes_every_hidden_scenario(reference, scenario):
+    checks.check_scheduler_scenario(reference["FCFSScheduler"], scenario)
+
+
+def test_an_unknown_scenario_name_is_a_clear_error(reference):
+    with pytest.raises(ValueError, match="scenario must be a Scenario or one of"):
+        checks.check_scheduler_scenario(reference["FCFSScheduler"], "stop_conditions")   # hidden: not by name
 
 
 def test_reference_scheduler_passes_random_workloads(reference):
@@ -258,7 +275,7 @@ def _stop_status(self, request):
     return None
 ''')
     with pytest.raises(CheckFailed, match="ignore_eos"):
-        checks.check_scheduler_scenario(broken, "stop_conditions")
+        checks.check_scheduler_scenario(broken, STOP_CONDITIONS)
 
 
 def test_preempted_request_requeued_at_the_back_fails(reference):
@@ -306,11 +323,11 @@ def test_finished_requests_left_running_under_another_name_fail(reference):
     for name in ("all_fit", "blocks_run_out", "decodes_first", "finish_frees_blocks", "preemption"):
         checks.check_scheduler_scenario(student["FCFSScheduler"], name)
     with pytest.raises(CheckFailed, match="take them out of self.running"):
-        checks.check_scheduler_scenario(student["FCFSScheduler"], "stop_conditions")
+        checks.check_scheduler_scenario(student["FCFSScheduler"], STOP_CONDITIONS)
 
 
 def test_a_request_that_preempts_itself(reference):
-    checks.check_scheduler_scenario(reference["FCFSScheduler"], "preempts_itself")
+    checks.check_scheduler_scenario(reference["FCFSScheduler"], PREEMPTS_ITSELF)
     spares_the_newest = """
 def _preempt(self, request, output):
     if request is self.running[-1] and len(self.running) > 1:
@@ -325,7 +342,7 @@ def _preempt(self, request, output):
 """
     scheduler = _with_method(reference, "FCFSScheduler", "_preempt", spares_the_newest)
     with pytest.raises(CheckFailed):
-        checks.check_scheduler_scenario(scheduler, "preempts_itself")
+        checks.check_scheduler_scenario(scheduler, PREEMPTS_ITSELF)
 
 
 def test_the_scheduler_gets_a_lent_allocator_and_made_requests(reference):

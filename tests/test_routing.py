@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -12,6 +13,9 @@ from hypothesis import strategies as st
 
 from course_lib.server.routing import (
     HashRing, LeastOutstanding, PrefixAwareRouter, RoundRobin, prefix_key, stable_hash, token_bytes)
+from tests.notebook_answers import hidden_cases
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_stable_hash_is_blake2b():
@@ -146,10 +150,12 @@ def test_kv_router_prefers_home_then_the_shortest_queue_then_the_most_room(num_r
 def test_kv_load_agrees_with_prometheus_own_parser():
     from prometheus_client.parser import text_string_to_metric_families
 
-    from course_lib.checks.serving import kv_load_cases
+    from course_lib.checks import serving
     from course_lib.server.balancing import KV_METRICS
 
-    for description, text in kv_load_cases():
+    texts = serving.kv_load_cases() + hidden_cases(ROOT / "solutions" / "lab05-serving" / "06_kv_aware_balancing.ipynb",
+                                                    "test_kv_load", "more_texts", serving)
+    for description, text in texts:
         samples = {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
         if all(name in samples for name in KV_METRICS.values()):
             assert kv_load(text) == {key: int(samples[name]) for key, name in KV_METRICS.items()}, description
@@ -167,11 +173,11 @@ def test_stranded_share_counts_scrapes_with_waiting_here_and_room_elsewhere():
 
 
 def test_metrics_routing_parses_reports_and_asks_home():
-    from course_lib.checks.serving import _metrics_text
+    from course_lib.checks.serving import replica_metrics_text
 
     policy = MetricsRouting(KVAwareRouter(2), kv_load, home=lambda prompt, outstanding: 1)
-    policy.report_metrics(0, _metrics_text(10, 54, 0, 1, 0))
-    policy.report_metrics(1, _metrics_text(60, 4, 0, 3, 0))
+    policy.report_metrics(0, replica_metrics_text(10, 54, 0, 1, 0))
+    policy.report_metrics(1, replica_metrics_text(60, 4, 0, 3, 0))
     assert policy.loads[1]["blocks_free"] == 4 and len(policy.history) == 2
     assert policy.choose_request([5] * 20, 10, [0, 0]) == 1    # 2 blocks fit at home (4 free)
     assert policy.choose_request([5] * 200, 10, [0, 1]) == 0   # 14 blocks do not: the most room

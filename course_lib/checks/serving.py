@@ -4,6 +4,11 @@ Where a student's code talks to a server, the server is the check's own (``Scrip
 the course's real server with a tiny model) and the measurement is made there, on the grader's
 clock: the arrival times a load generator produced, the queue an admission policy let build up.
 Pure functions are compared with the references on crafted inputs that separate the usual mistakes.
+
+The kit ships this module, so it holds only the visible tests' cases (``crafted_streams``,
+``admission_cases``, ...) and builders that say nothing without their arguments
+(``timed_stream``, ``server_state``, ``random_kv_router_events(seed, ...)``): the graded tests'
+further cases are written in the hidden regions of the solution notebooks' test cells.
 """
 
 from __future__ import annotations
@@ -30,12 +35,13 @@ from course_lib.checks import (
 from course_lib.checks.fixtures import recorded_check, reference
 
 __all__ = [
-    "admission_cases", "check_admission_decision", "check_admission_live", "check_hash_ring", "check_histogram_quantile",
+    "admission_cases", "ADMISSION_LIMITS", "chat_event", "check_admission_decision", "check_admission_live",
+    "check_hash_ring", "check_histogram_quantile", "check_kv_load", "check_kv_router", "check_kv_router_live",
     "check_mean_in_flight", "check_open_loop", "check_pack_kv", "check_parse_stream", "check_poisson_arrivals",
-    "check_prefix_key", "check_prefix_router", "check_request_metrics", "check_transfer_in_engine",
-    "check_unpack_kv", "crafted_streams", "live_stream", "random_in_flight_records",
-    "check_kv_load", "check_kv_router", "check_kv_router_live", "check_stranded_share", "kv_load_cases",
-    "kv_router_scripts", "more_streams", "stranded_cases",
+    "check_prefix_key", "check_prefix_router", "check_request_metrics", "check_stranded_share",
+    "check_transfer_in_engine", "check_unpack_kv", "completion_event", "crafted_streams", "kv_load_cases",
+    "kv_router_scripts", "live_stream", "random_in_flight_records", "random_kv_router_events", "random_timeline",
+    "replica_load", "replica_metrics_text", "server_state", "stranded_cases", "timed_stream", "usage_event",
 ]
 
 register_reference_names("parse_stream", "request_metrics", "histogram_quantile", "poisson_arrival_times",
@@ -58,23 +64,30 @@ def _data(event) -> str:
     return "data: " + (event if isinstance(event, str) else json.dumps(event))
 
 
-def _completion(text, finish=None):
+def completion_event(text: str, finish: str | None = None) -> dict:
+    """One event of a streamed completion (/v1/completions): its text and finish_reason."""
     return {"object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": finish}]}
 
 
-def _chat(delta, finish=None):
+def chat_event(delta: dict, finish: str | None = None) -> dict:
+    """One event of a streamed chat completion: its delta ({"role": ...}, {"content": ...} or {})."""
     return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
 
-def _usage(tokens):
+def usage_event(tokens: int) -> dict:
+    """The usage event a stream sends last (choices empty), for a 7-token prompt and ``tokens`` tokens."""
     return {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": tokens, "total_tokens": 7 + tokens}}
 
 
-def _timed(events, start=10.0, gap=0.05):
-    """Events -> timed lines: each event's data line then a blank line, ``gap`` seconds apart."""
+def timed_stream(events: list, start: float = 10.0, gap: float = 0.05) -> list[tuple[float, str]]:
+    """Events -> timed lines, ``gap`` seconds apart: each event's 'data: <json>' line then a blank line.
+
+    An event is a dict (sent as JSON), a string ('[DONE]'), or a 1-tuple holding a raw line that
+    passes through as it is (a comment, 'data:' without a space, a blank line).
+    """
     lines, clock = [], start
     for event in events:
-        if isinstance(event, tuple):  # (raw line,) passes through as it is
+        if isinstance(event, tuple):
             lines.append((clock, event[0]))
         else:
             lines.append((clock, _data(event)))
@@ -85,35 +98,18 @@ def _timed(events, start=10.0, gap=0.05):
 
 def crafted_streams() -> list[tuple[str, list]]:
     """(description, timed lines) pairs covering what real streams do: the visible test's streams."""
+    text, chat, usage = completion_event, chat_event, usage_event
     return [
         ("completion: three text events, a finish event, usage, [DONE]",
-         _timed([_completion(" The"), _completion(" sea"), _completion(" is"), _completion("", "length"), _usage(3),
-                 "[DONE]"])),
+         timed_stream([text(" The"), text(" sea"), text(" is"), text("", "length"), usage(3), "[DONE]"])),
         ("chat: a role-only first event (no token yet), then content",
-         _timed([_chat({"role": "assistant", "content": ""}), _chat({"content": "Hi"}), _chat({"content": " there"}),
-                 _chat({}, "stop"), _usage(2), "[DONE]"], gap=0.2)),
+         timed_stream([chat({"role": "assistant", "content": ""}), chat({"content": "Hi"}), chat({"content": " there"}),
+                       chat({}, "stop"), usage(2), "[DONE]"], gap=0.2)),
         ("a keep-alive comment, 'data:' without a space, an event holding two tokens' text",
-         _timed([(": keep-alive",), _completion(" A"), ("data:" + json.dumps(_completion(" big dog")),), ("",),
-                 _completion("", "length"), _usage(4), "[DONE]"])),
-        ("no usage event, finish on the last text event",
-         _timed([_completion("x"), _completion("y", "stop"), "[DONE]"])),
-        ("events after [DONE] do not count", _timed([_completion("a"), _usage(1), "[DONE]", _completion("late")])),
-    ]
-
-
-def more_streams() -> list[tuple[str, list]]:
-    """Streams the graded test adds to ``crafted_streams()``: the same traps in other places."""
-    no_space = [("data:" + json.dumps(event),) for event in
-                (_chat({"role": "assistant"}), _chat({"content": "Bon"}), _chat({"content": "jour"}),
-                 _chat({}, "stop"), _usage(3))]
-    return [
-        ("chat: every event 'data:' without a space, a comment between two events",
-         _timed([no_space[0], ("",), no_space[1], ("",), (": ping",), no_space[2], ("",), no_space[3], ("",),
-                 no_space[4], ("",), ("data:[DONE]",)])),
-        ("chat: a text event and a usage after [DONE]",
-         _timed([_chat({"role": "assistant", "content": ""}), _chat({"content": "ok"}), _chat({}, "stop"), "[DONE]",
-                 _chat({"content": " more"}), _usage(9)])),
-        ("the stream stopped before [DONE] (done stays False)", _timed([_completion("cut"), _completion(" off")])),
+         timed_stream([(": keep-alive",), text(" A"), ("data:" + json.dumps(text(" big dog")),), ("",),
+                       text("", "length"), usage(4), "[DONE]"])),
+        ("no usage event, finish on the last text event", timed_stream([text("x"), text("y", "stop"), "[DONE]"])),
+        ("events after [DONE] do not count", timed_stream([text("a"), usage(1), "[DONE]", text("late")])),
     ]
 
 
@@ -424,7 +420,9 @@ def _loadtest():
 # =============================================================================================
 
 
-def _state(**fields) -> dict:
+def server_state(**fields) -> dict:
+    """The state ``admission_policy`` is given: an idle server (128 blocks of 16 tokens, a context of
+    2048), with ``fields`` changed."""
     state = dict(num_waiting=0, num_running=0, kv_blocks_total=128, kv_blocks_used=0, waiting_blocks=0,
                  running_blocks=0, block_size=16, max_model_len=2048, num_preemptions=0, num_prompt_tokens=0,
                  num_prefix_cached_tokens=0)
@@ -432,50 +430,35 @@ def _state(**fields) -> dict:
     return state
 
 
-VISIBLE_ADMISSION_CASES = 9
-"""The test cell shows the first 9 cases of ``admission_cases()``: one per rule, the chapter's worked
-example (waiting requests hold the budget), both places where a partial block must round up, and
-the rules' order (a request that can never run is a 400 even when the queue is full)."""
+ADMISSION_LIMITS = {"max_waiting": 4, "kv_budget_blocks": 100, "retry_after_s": 3}
+"""The limits of most admission cases: a queue of 4, a KV budget of 100 blocks, retry after 3 s."""
 
 
 def admission_cases() -> list[tuple[str, dict, dict, dict]]:
-    """(description, request, state, limits) cases separating the rules and their order.
+    """(description, request, state, limits) cases of the visible test, separating the rules and their order.
 
-    The first ``VISIBLE_ADMISSION_CASES`` are the visible ones; the rest run when graded.
+    One case per rule, the chapter's worked example (waiting requests hold the budget), both places
+    where a partial block must round up, and the rules' order (a request that can never run is a 400
+    even when the queue is full). The graded test's further cases are in its hidden region.
     """
-    limits = {"max_waiting": 4, "kv_budget_blocks": 100, "retry_after_s": 3}
+    limits = ADMISSION_LIMITS
     small = {"num_prompt_tokens": 40, "max_tokens": 24}  # 64 tokens = 4 blocks
     odd = {"num_prompt_tokens": 41, "max_tokens": 24}  # 65 tokens = 5 blocks (4 if rounded down)
     return [
-        ("an idle server", small, _state(), limits),
-        ("longer than the context", {"num_prompt_tokens": 2000, "max_tokens": 100}, _state(), limits),
-        ("more blocks than the whole KV budget", {"num_prompt_tokens": 1000, "max_tokens": 700}, _state(), limits),
-        ("1,601 tokens on an idle server: a partial last block takes a whole block, so 101 blocks > the budget "
-         "of 100", {"num_prompt_tokens": 1000, "max_tokens": 601}, _state(), limits),
-        ("the queue is at its bound", small, _state(num_waiting=4, waiting_blocks=16), limits),
-        ("the chapter's worked example: 3 waiting requests promised 90 blocks, 1 running 8, this one needs 4",
-         small, _state(num_waiting=3, waiting_blocks=90, num_running=1, running_blocks=8), limits),
-        ("65 tokens need 5 blocks (a partial block counts), 96 are promised: 101 > 100",
-         odd, _state(num_running=4, running_blocks=60, num_waiting=2, waiting_blocks=36), limits),
-        ("running requests hold most of the budget", small, _state(num_running=8, running_blocks=97), limits),
-        ("a full queue and a request longer than the context: the 400 rules come first",
-         {"num_prompt_tokens": 3000, "max_tokens": 10}, _state(num_waiting=4, waiting_blocks=16), limits),
-        # graded only
-        ("a full KV budget and a request that needs more blocks than the whole budget: 400 first",
-         {"num_prompt_tokens": 1200, "max_tokens": 500}, _state(num_running=6, running_blocks=99), limits),
-        ("exactly the KV budget on an idle server", {"num_prompt_tokens": 1000, "max_tokens": 600}, _state(), limits),
-        ("one place left in the queue", small, _state(num_waiting=3, waiting_blocks=12), limits),
-        ("waiting requests alone fill the budget", small, _state(num_waiting=2, waiting_blocks=98), limits),
-        ("the budget is met exactly", small, _state(num_running=2, running_blocks=60, num_waiting=2, waiting_blocks=36),
+        ("an idle server", small, server_state(), limits),
+        ("longer than the context", {"num_prompt_tokens": 2000, "max_tokens": 100}, server_state(), limits),
+        ("more blocks than the whole KV budget", {"num_prompt_tokens": 1000, "max_tokens": 700}, server_state(),
          limits),
-        ("33 tokens with 97 promised: 3 blocks (2 if rounded down), 100 is the budget, met exactly",
-         {"num_prompt_tokens": 30, "max_tokens": 3}, _state(num_running=1, running_blocks=97), limits),
-        ("34 tokens with 98 promised: 3 blocks (2 if rounded down) > what is left",
-         {"num_prompt_tokens": 30, "max_tokens": 4}, _state(num_running=1, running_blocks=58, num_waiting=1,
-                                                            waiting_blocks=40), limits),
-        ("no queue at all (max_waiting 0)", small, _state(), {**limits, "max_waiting": 0}),
-        ("block size 4: 10 tokens need 3 blocks, 8 of 10 are promised", {"num_prompt_tokens": 6, "max_tokens": 4},
-         _state(block_size=4, num_running=2, running_blocks=8), {**limits, "kv_budget_blocks": 10}),
+        ("1,601 tokens on an idle server: a partial last block takes a whole block, so 101 blocks > the budget "
+         "of 100", {"num_prompt_tokens": 1000, "max_tokens": 601}, server_state(), limits),
+        ("the queue is at its bound", small, server_state(num_waiting=4, waiting_blocks=16), limits),
+        ("the chapter's worked example: 3 waiting requests promised 90 blocks, 1 running 8, this one needs 4",
+         small, server_state(num_waiting=3, waiting_blocks=90, num_running=1, running_blocks=8), limits),
+        ("65 tokens need 5 blocks (a partial block counts), 96 are promised: 101 > 100",
+         odd, server_state(num_running=4, running_blocks=60, num_waiting=2, waiting_blocks=36), limits),
+        ("running requests hold most of the budget", small, server_state(num_running=8, running_blocks=97), limits),
+        ("a full queue and a request longer than the context: the 400 rules come first",
+         {"num_prompt_tokens": 3000, "max_tokens": 10}, server_state(num_waiting=4, waiting_blocks=16), limits),
     ]
 
 
@@ -837,7 +820,7 @@ def _balancing():
     return balancing
 
 
-def _metrics_text(used: int, free: int, waiting: int, running: int, preemptions: int, *, extra: str = "") -> str:
+def replica_metrics_text(used: int, free: int, waiting: int, running: int, preemptions: int, *, extra: str = "") -> str:
     """A replica's /metrics as the course's server writes it (trimmed): the KV samples among others."""
     return (
         "# HELP course_time_to_first_token_seconds Arrival to first token, seconds.\n"
@@ -870,25 +853,16 @@ def _metrics_text(used: int, free: int, waiting: int, running: int, preemptions:
 
 
 def kv_load_cases() -> list[tuple[str, str]]:
-    """(description, metrics text) for ``check_kv_load``: the visible ones first (``VISIBLE_KV_LOAD_CASES``)."""
-    busy = _metrics_text(37, 3, 2, 5, 4)
+    """(description, metrics text) for ``check_kv_load``: the visible test's texts (the graded test's
+    further texts are in its hidden region)."""
+    busy = replica_metrics_text(37, 3, 2, 5, 4)
     return [
         ("the worked example: a busy replica", busy),
-        ("an idle replica (every count 0)", _metrics_text(0, 64, 0, 0, 0)),
-        ("a large pool: values past a thousand", _metrics_text(1500, 2596, 12, 30, 1041)),
+        ("an idle replica (every count 0)", replica_metrics_text(0, 64, 0, 0, 0)),
+        ("a large pool: values past a thousand", replica_metrics_text(1500, 2596, 12, 30, 1041)),
         ("course_kv_blocks_free missing (an old server): ValueError", busy.replace("course_kv_blocks_free 3.0\n", "")),
-        # graded only
-        ("the samples in another order, labelled histograms between them",
-         "\n".join(reversed(_metrics_text(9, 55, 1, 3, 0).splitlines())) + "\n"),
-        ("the preemption counter missing: ValueError", busy.replace("course_num_preemptions_total 4.0\n", "")),
-        ("more metrics after the KV samples", _metrics_text(20, 44, 0, 4, 2, extra=(
-            "# HELP course_request_success_total Requests finished, by finish reason.\n"
-            "# TYPE course_request_success_total counter\n"
-            'course_request_success_total{finish_reason="length"} 7.0\n'))),
     ]
 
-
-VISIBLE_KV_LOAD_CASES = 4
 
 _KV_LOAD_HINTS = {
     ValueError: "float() got something that is not a number: a '# HELP' or '# TYPE' line mentions the same names; "
@@ -929,31 +903,29 @@ def check_kv_load(kv_load, metrics_text: str, description: str = "") -> None:
 
 
 def stranded_cases() -> list[tuple[str, list, int, int]]:
-    """(description, timeline, num_blocks, min_free_blocks) for ``check_stranded_share``; visible ones first."""
+    """(description, timeline, num_blocks, min_free_blocks) for ``check_stranded_share``: the visible
+    test's cases (the graded test's further timelines are in its hidden region)."""
     worked = [(0, 0, 40, 0), (0, 1, 10, 0), (50, 0, 40, 2), (50, 1, 10, 0), (100, 0, 40, 3), (100, 1, 36, 0),
               (150, 0, 20, 0), (150, 1, 20, 1)]
     same = [(0, 0, 10, 2), (0, 1, 40, 0), (50, 0, 40, 1), (50, 1, 40, 0)]
     edge = [(0, 0, 30, 1), (0, 1, 34, 0), (10, 0, 30, 1), (10, 1, 35, 0)]
-    rng = random.Random(11)
-    graded = []
-    for seed in range(3):
-        rng = random.Random(100 + seed)
-        replicas = 2 + seed
-        graded.append((f"{replicas} replicas, 30 scrapes (seed {seed})",
-                       [(50 * t, r, rng.randrange(0, 41), rng.choice([0, 0, 0, 1, 3])) for t in range(30)
-                        for r in range(replicas)], 40, 6))
     return [
         ("the worked example", worked, 40, 8),
         ("free blocks on the replica that has the queue do not count", same, 40, 8),
         ("exactly min_free_blocks free counts as room", edge, 40, 6),
         ("no scrape at all", [], 40, 8),
-        # graded only
-        *graded,
-        ("three replicas, room only on the waiting one", [(0, 0, 0, 4), (0, 1, 40, 0), (0, 2, 40, 2)], 40, 41),
     ]
 
 
-VISIBLE_STRANDED_CASES = 4
+def random_timeline(seed: int, num_replicas: int, num_scrapes: int = 30, num_blocks: int = 40) -> list[tuple]:
+    """A random scrape timeline for ``stranded_share``: every replica reports every 50 ms.
+
+    (time_ms, replica, blocks_used, num_waiting) per report; blocks_used in [0, num_blocks], and
+    most reports have nobody waiting. The same seed gives the same timeline.
+    """
+    rng = random.Random(seed)
+    return [(50 * t, r, rng.randrange(0, num_blocks + 1), rng.choice([0, 0, 0, 1, 3])) for t in range(num_scrapes)
+            for r in range(num_replicas)]
 
 
 @recorded_check
@@ -970,17 +942,21 @@ def check_stranded_share(stranded_share, timeline, num_blocks: int, min_free_blo
                       "both in it; divide the stranded scrapes by all scrapes (0.0 when there are none).")
 
 
+def replica_load(free: int, waiting: int = 0, used: int = 0) -> dict:
+    """A replica's report as ``kv_load`` reads it: ``free`` blocks free, ``used`` held, ``waiting`` queued."""
+    return {"blocks_used": used, "blocks_free": free, "num_waiting": waiting, "num_running": 1 if used else 0,
+            "preemptions": 0}
+
+
 def kv_router_scripts() -> list[tuple[str, int, int, list]]:
-    """(description, num_replicas, block_size, events) for ``check_kv_router``; the visible ones first.
+    """(description, num_replicas, block_size, events) for ``check_kv_router``: the visible test's
+    scripts (the graded test's further scripts are in its hidden region).
 
     Events: ("report", replica, load) and ("choose", prompt length, max_tokens, home).
     """
-    def load(free: int, waiting: int = 0, used: int = 0) -> dict:
-        return {"blocks_used": used, "blocks_free": free, "num_waiting": waiting, "num_running": 1 if used else 0,
-                "preemptions": 0}
-
+    load = replica_load
     both = [("report", 0, load(30, used=34)), ("report", 1, load(50, used=14))]
-    scripts = [
+    return [
         ("the worked example: 300 + 20 tokens need 20 blocks, three times with no report between", 2, 16,
          both + [("choose", 300, 20, 0), ("choose", 300, 20, 0), ("choose", 300, 20, 0)]),
         ("a burst of 6 requests between two reports: each one's blocks count against the replica it went to", 2, 16,
@@ -999,21 +975,26 @@ def kv_router_scripts() -> list[tuple[str, int, int, list]]:
          2, 16, [("report", 0, load(100, waiting=3)), ("report", 1, load(20, waiting=1)), ("choose", 40, 8, None),
                  ("choose", 40, 8, 0)]),
     ]
-    for seed in range(3):  # graded only: random reports and requests
-        rng = random.Random(200 + seed)
-        replicas = 3 + seed % 2
-        events: list = [("report", r, load(rng.randrange(0, 120), rng.choice([0, 0, 1]))) for r in range(replicas)]
-        for _ in range(40):
-            if rng.random() < 0.25:
-                events.append(("report", rng.randrange(replicas), load(rng.randrange(0, 120), rng.choice([0, 0, 1, 2]))))
-            else:
-                events.append(("choose", rng.randrange(1, 900), rng.randrange(1, 200),
-                               rng.choice([None, *range(replicas)])))
-        scripts.append((f"random reports and requests on {replicas} replicas (seed {seed})", replicas, 16, events))
-    return scripts
 
 
-VISIBLE_KV_ROUTER_SCRIPTS = 7
+def random_kv_router_events(seed: int, num_replicas: int, num_events: int = 40) -> list[tuple]:
+    """A random script for ``check_kv_router``: every replica reports, then ``num_events`` events.
+
+    A quarter of the events are new reports (0 to 119 blocks free, 0 to 2 waiting), the rest
+    requests (1 to 899 prompt tokens, 1 to 199 max_tokens, a random home or none). The same seed
+    gives the same script.
+    """
+    rng = random.Random(seed)
+    events: list = [("report", r, replica_load(rng.randrange(0, 120), rng.choice([0, 0, 1])))
+                    for r in range(num_replicas)]
+    for _ in range(num_events):
+        if rng.random() < 0.25:
+            events.append(("report", rng.randrange(num_replicas),
+                           replica_load(rng.randrange(0, 120), rng.choice([0, 0, 1, 2]))))
+        else:
+            events.append(("choose", rng.randrange(1, 900), rng.randrange(1, 200),
+                           rng.choice([None, *range(num_replicas)])))
+    return events
 
 
 @recorded_check
