@@ -120,9 +120,9 @@ def points_summary(nb) -> str:
     with the GPU-only cell and the written answers when there are some: "**20 points**: 15 in 7 graded
     test cells (one of them, 2 points, needs a GPU and is skipped on a CPU) and 5 in a written answer
     graded by your TA". Tests check every header against it."""
-    from course_lib.handin.notebooks import test_cells, written_cells
+    from course_lib.handin.notebooks import autograded_cells, written_cells
 
-    tests_ = test_cells(nb)
+    tests_ = autograded_cells(nb)
     written = written_cells(nb)
     auto = sum(float(cell.metadata["nbgrader"].get("points", 0)) for cell in tests_)
     gpu = [cell for cell in tests_ if cell.metadata.get("course", {}).get("needs_gpu")]

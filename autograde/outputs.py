@@ -34,7 +34,7 @@ from autograde.final import FinalGrade, final_grades
 from autograde.layout import COURSE_ID, Workspace
 from autograde.ledger import Ledger, LedgerState
 from autograde.report import write_outputs
-from autograde.results import LabResult
+from autograde.results import AWAITING_TA, LabResult
 from autograde.store import ResultStore, StoredResult, atomic_write_bytes
 
 __all__ = ["CLASS_FILE", "ClassOutputs", "merge_gradebook", "rebuild_class_files", "sync_formgrader",
@@ -156,6 +156,7 @@ def merge_gradebook(out_dir: Path, solutions_dir: Path, stored: list[StoredResul
     notes: list[str] = []
     written: dict[str, list] = {}
     labs = sorted({entry.result.lab for entry in stored})
+    questions = _questions(labs, solutions_dir, notes)
     with tempfile.TemporaryDirectory(prefix="course-gradebook-") as scratch:
         workspace = Workspace.create(Path(scratch))
         prepared = prepared_earlier(solutions_dir, labs[0]) if len(labs) == 1 and (solutions_dir / labs[0]).is_dir() \
@@ -196,9 +197,14 @@ def merge_gradebook(out_dir: Path, solutions_dir: Path, stored: list[StoredResul
                             notes.append(f"gradebook: {result.student}/{result.lab}: no cell {notebook.name}/"
                                          f"{cell.grade_id} in the lab's source any more; left out")
                             continue
-                        grade.auto_score = cell.points
-                        grade.needs_manual_grade = False
                         event = staff.get((notebook.name, cell.grade_id))
+                        if cell.written:   # formgrader lists an answered one as needing a manual grade
+                            grade.auto_score = None if cell.status == AWAITING_TA else 0.0
+                            grade.needs_manual_grade = cell.status == AWAITING_TA and event is None
+                            _set_comment(gradebook, result, notebook.name, cell.grade_id, event, questions)
+                        else:
+                            grade.auto_score = cell.points
+                            grade.needs_manual_grade = False
                         grade.manual_score = float(event.value) if event is not None else None
                         grade.extra_credit = float(event.data.get("extra_credit") or 0) if event is not None else None
                         written[f"{result.lab}/{result.student}/{notebook.name}/{cell.grade_id}"] = \
@@ -214,14 +220,48 @@ def merge_gradebook(out_dir: Path, solutions_dir: Path, stored: list[StoredResul
     return target, notes
 
 
+def _questions(labs: list[str], solutions_dir: Path | None, notes: list[str]) -> dict:
+    """{lab: its written questions (``knowledge.LabQuestions``)}; a lab whose rubric file cannot be read
+    is noted, and its marks are shown without their criteria's words."""
+    from autograde.knowledge import RubricError, load_lab
+
+    found = {}
+    for lab in labs:
+        try:
+            found[lab] = load_lab(lab, solutions=solutions_dir)
+        except RubricError as error:
+            notes.append(f"written questions of {lab}: {error}")
+    return found
+
+
+def _set_comment(gradebook, result, notebook: str, grade_id: str, event, questions: dict) -> None:
+    """nbgrader's comment on a written answer: the TA's rubric lines and comment (or none)."""
+    from nbgrader.api import MissingEntry
+
+    from autograde.marking.shown import mark_text
+
+    try:
+        comment = gradebook.find_comment(grade_id, notebook, result.lab, result.student)
+    except MissingEntry:
+        return
+    lab = questions.get(result.lab)
+    question = lab.by_cell(notebook, grade_id) if lab is not None else None
+    comment.manual_comment = mark_text(question, event) if event is not None else None
+
+
 # ---- the feedback pages -------------------------------------------------------------------------
 
 
-def apply_to_feedback(out_dir: Path, stored: StoredResult, final: FinalGrade) -> None:
-    """Put (or replace, or remove) the staff's box at the top of each feedback page of one result."""
-    from autograde.feedback import adjustments_box
+def apply_to_feedback(out_dir: Path, stored: StoredResult, final: FinalGrade, state: LedgerState | None = None,
+                      questions=None) -> None:
+    """Put (or replace, or remove) the staff's boxes at the top of each feedback page of one result: what the
+    staff changed, and the written answers' marks (once ``state`` says the lab's marks are released)."""
+    from autograde.feedback import adjustments_box, written_box
 
+    state = state or LedgerState()
     result = stored.result
+    released = state.released(result.lab) is not None
+    staff = state.cell_scores(result.lab, result.student)
     for notebook in result.notebooks:
         if not notebook.feedback:
             continue
@@ -234,7 +274,9 @@ def apply_to_feedback(out_dir: Path, stored: StoredResult, final: FinalGrade) ->
         if start != -1:
             end = page.find(ADJUSTMENTS_END, start)
             page = page[:start] + page[end + len(ADJUSTMENTS_END):] if end != -1 else page
-        box = adjustments_box(final, notebook.name)
+        marks = {cell: event for (name, cell), event in staff.items() if name == notebook.name}
+        box = adjustments_box(final, notebook.name, released=released) + \
+            written_box(notebook, marks if released else {}, released=released, questions=questions)
         if box:
             anchor = page.find("<div id='course-grader-verdict'")
             at = anchor if anchor != -1 else 0
@@ -262,8 +304,9 @@ def write_class_outputs(out_dir: Path, solutions_dir: Path | None, *, problems: 
     grades_path, report_path = write_outputs(out_dir, stored, finals, [*problems, *unreadable], state=state,
                                              device=device, timeout=timeout, limits=limits, intake=intake,
                                              current_tests=current_tests)
+    questions = _questions(sorted({entry.result.lab for entry in stored}), solutions_dir, [])
     for entry, final in zip(stored, finals):
-        apply_to_feedback(out_dir, entry, final)
+        apply_to_feedback(out_dir, entry, final, state, questions.get(entry.result.lab))
     outputs = ClassOutputs(grades_path, report_path, None, [entry.result for entry in stored], finals, stored,
                            notes + list(unreadable))
     if gradebook and stored and solutions_dir is not None:

@@ -1,5 +1,7 @@
 """A tiny class for the marking tests: written questions, and graded notebooks that answer them.
 
+``write_questions`` writes the rubric file and the solution notebook whose cells hold the prompts and
+model answers; ``fixture_questions`` reads them joined (``knowledge.load_lab``).
 ``write_class`` lays out what ``course grade`` leaves behind, as far as ``course mark`` reads it:
 ``OUT/autograded/<student>/<lab>/<notebook>.ipynb`` holding nbgrader's manually graded answer cells
 (with the checksum the release gave them, so an untouched cell reads as blank), with no grading run.
@@ -22,9 +24,6 @@ lab = "lab99-marking-demo"
 [[question]]
 grade_id = "written_cache"
 notebook = "01_questions"
-points = 3
-prompt = "Why does decoding need a KV cache?"
-model_answer = "Keys and values of earlier tokens never change, so the engine keeps them instead of recomputing the prefix."
 notes = "Accept any correct reason."
 
 [[question.criteria]]
@@ -41,9 +40,6 @@ text = "Without it every step recomputes the whole prefix."
 [[question]]
 grade_id = "written_batching"
 notebook = "01_questions"
-points = 2
-prompt = "Why does batching make decode faster per token?"
-model_answer = "Each weight read from memory serves every sequence of the batch."
 
 [[question.criteria]]
 id = "weights"
@@ -57,11 +53,38 @@ text = "Decode is memory-bound, so the step time barely grows."
 '''
 
 
+PROMPTS = {"written_cache": ("Why does decoding need a KV cache?", 3,
+                             "Keys and values of earlier tokens never change, so the engine keeps them instead of "
+                             "recomputing the prefix."),
+           "written_batching": ("Why does batching make decode faster per token?", 2,
+                                "Each weight read from memory serves every sequence of the batch.")}
+
+
+def solution_notebook():
+    """The source notebook: each question's prompt cell and its answer cell holding the model answer."""
+    cells = [markdown("# Written questions"), code("x = 1")]
+    for grade_id, (prompt, points, model_answer) in PROMPTS.items():
+        cells += written_question(grade_id, points, prompt, model_answer)
+    return notebook(cells)
+
+
 def write_questions(folder: Path) -> Path:
+    """The rubric file in ``folder`` and the solution notebook in ``folder/solutions/<lab>/``; returns the file."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{LAB}.toml"
     path.write_text(QUESTIONS_TOML, encoding="utf-8")
+    (folder / "solutions" / LAB).mkdir(parents=True, exist_ok=True)
+    nbformat.write(solution_notebook(), folder / "solutions" / LAB / f"{NOTEBOOK}.ipynb")
     return path
+
+
+def fixture_questions(folder: Path):
+    """The fixture's questions, rubrics joined to their cells (written by ``write_questions`` if need be)."""
+    from autograde.knowledge import load_lab
+
+    if not (folder / f"{LAB}.toml").is_file():
+        write_questions(folder)
+    return load_lab(LAB, folder, folder / "solutions")
 
 
 def release_notebook():

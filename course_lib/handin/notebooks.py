@@ -106,7 +106,7 @@ def is_blank_answer(text: str) -> bool:
     return text.strip() in ("", WRITTEN_STUB)
 
 
-def test_cells(notebook) -> list:
+def autograded_cells(notebook) -> list:
     """The graded code cells (what the autograder decides), in order."""
     return [cell for cell in grade_cells(notebook) if not is_written_answer(cell)]
 
