@@ -141,7 +141,7 @@ def _parse_utc(text: str | None):
 
 
 def merge_gradebook(out_dir: Path, solutions_dir: Path, stored: list[StoredResult],
-                    state: LedgerState | None = None) -> tuple[Path, list[str]]:
+                    state: LedgerState | None = None, questions_dir: Path | None = None) -> tuple[Path, list[str]]:
     """Build ``out_dir/gradebook.db`` from the result files and the ledger; returns it and notes on what did
     not fit. The staff's cell scores become nbgrader's manual scores; each lab's due time, each hand-in's
     time (the LMS's receipt when known, else the student's claim) and extension are set, so formgrader
@@ -156,7 +156,7 @@ def merge_gradebook(out_dir: Path, solutions_dir: Path, stored: list[StoredResul
     notes: list[str] = []
     written: dict[str, list] = {}
     labs = sorted({entry.result.lab for entry in stored})
-    questions = _questions(labs, solutions_dir, notes)
+    questions = _questions(labs, solutions_dir, notes, questions_dir)
     with tempfile.TemporaryDirectory(prefix="course-gradebook-") as scratch:
         workspace = Workspace.create(Path(scratch))
         prepared = prepared_earlier(solutions_dir, labs[0]) if len(labs) == 1 and (solutions_dir / labs[0]).is_dir() \
@@ -220,15 +220,16 @@ def merge_gradebook(out_dir: Path, solutions_dir: Path, stored: list[StoredResul
     return target, notes
 
 
-def _questions(labs: list[str], solutions_dir: Path | None, notes: list[str]) -> dict:
-    """{lab: its written questions (``knowledge.LabQuestions``)}; a lab whose rubric file cannot be read
-    is noted, and its marks are shown without their criteria's words."""
-    from autograde.knowledge import RubricError, load_lab
+def _questions(labs: list[str], solutions_dir: Path | None, notes: list[str], questions_dir: Path | None = None) -> dict:
+    """{lab: its written questions (``knowledge.LabQuestions``: rubrics from ``questions_dir``, by default the
+    course's)}; a lab whose rubric file cannot be read is noted, and its marks are shown without their
+    criteria's words."""
+    from autograde.knowledge import KNOWLEDGE_DIR, RubricError, load_lab
 
     found = {}
     for lab in labs:
         try:
-            found[lab] = load_lab(lab, solutions=solutions_dir)
+            found[lab] = load_lab(lab, Path(questions_dir or KNOWLEDGE_DIR), solutions=solutions_dir)
         except RubricError as error:
             notes.append(f"written questions of {lab}: {error}")
     return found
@@ -290,12 +291,14 @@ def apply_to_feedback(out_dir: Path, stored: StoredResult, final: FinalGrade, st
 
 def write_class_outputs(out_dir: Path, solutions_dir: Path | None, *, problems: list[str], device: str, timeout: int,
                         gradebook: bool = True, limits: dict | None = None, intake: dict | None = None,
-                        current_tests: dict[str, str] | None = None) -> ClassOutputs:
+                        current_tests: dict[str, str] | None = None, questions_dir: Path | None = None) -> ClassOutputs:
     """grades.csv, report.json, the feedback pages' boxes and (``gradebook``) gradebook.db, from every result
     file in ``out_dir`` and its ledger. ``intake``: ``Intake.as_dict`` of the run (the report's list of
     every SUBMISSIONS entry); ``current_tests``: {lab: the digest of its sources now} (flags results graded
-    on an older version of the tests)."""
+    on an older version of the tests); ``questions_dir``: the written questions' rubric files (default: the
+    ones recorded in OUT's class.json, else the course's)."""
     out_dir = Path(out_dir)
+    questions_dir = questions_dir or _class_record(out_dir).get("questions")
     ledger = Ledger(out_dir)
     notes = sync_formgrader(out_dir, ledger) if gradebook else []
     stored, unreadable = ResultStore(out_dir).all()
@@ -304,20 +307,20 @@ def write_class_outputs(out_dir: Path, solutions_dir: Path | None, *, problems: 
     grades_path, report_path = write_outputs(out_dir, stored, finals, [*problems, *unreadable], state=state,
                                              device=device, timeout=timeout, limits=limits, intake=intake,
                                              current_tests=current_tests)
-    questions = _questions(sorted({entry.result.lab for entry in stored}), solutions_dir, [])
+    questions = _questions(sorted({entry.result.lab for entry in stored}), solutions_dir, [], questions_dir)
     for entry, final in zip(stored, finals):
         apply_to_feedback(out_dir, entry, final, state, questions.get(entry.result.lab))
     outputs = ClassOutputs(grades_path, report_path, None, [entry.result for entry in stored], finals, stored,
                            notes + list(unreadable))
     if gradebook and stored and solutions_dir is not None:
-        outputs.gradebook, gradebook_notes = merge_gradebook(out_dir, solutions_dir, stored, state)
+        outputs.gradebook, gradebook_notes = merge_gradebook(out_dir, solutions_dir, stored, state, questions_dir)
         outputs.notes += gradebook_notes
     atomic_write_bytes(out_dir / CLASS_FILE, json.dumps(
         {**_class_record(out_dir), "device": device, "timeout": timeout, "limits": limits,
          "solutions": str(solutions_dir) if solutions_dir else _class_record(out_dir).get("solutions"),
          "intake": intake if intake is not None else _class_record(out_dir).get("intake"),
          "current_tests": current_tests if current_tests is not None else _class_record(out_dir).get("current_tests"),
-         "problems": problems}, indent=1).encode())
+         "questions": str(questions_dir) if questions_dir else None, "problems": problems}, indent=1).encode())
     return outputs
 
 
@@ -328,12 +331,14 @@ def _class_record(out_dir: Path) -> dict:
         return {}
 
 
-def rebuild_class_files(out_dir: Path, *, gradebook: bool = False) -> ClassOutputs:
+def rebuild_class_files(out_dir: Path, *, gradebook: bool = False, questions_dir: Path | None = None,
+                        solutions_dir: Path | None = None) -> ClassOutputs:
     """The class files again, as the last ``course grade`` wrote them, with the ledger as it is now
-    (``course adjust``). The gradebook is rebuilt only with ``gradebook`` (it runs nbgrader)."""
+    (``course adjust``, ``course mark``). The gradebook is rebuilt only with ``gradebook`` (it runs nbgrader).
+    ``questions_dir``, ``solutions_dir``: where the written questions are, when not where class.json says."""
     record = _class_record(out_dir)
-    solutions = Path(record["solutions"]) if record.get("solutions") else None
+    solutions = solutions_dir or (Path(record["solutions"]) if record.get("solutions") else None)
     return write_class_outputs(out_dir, solutions, problems=list(record.get("problems") or []),
                                device=record.get("device") or "", timeout=int(record.get("timeout") or 0),
                                gradebook=gradebook, limits=record.get("limits"), intake=record.get("intake"),
-                               current_tests=record.get("current_tests"))
+                               current_tests=record.get("current_tests"), questions_dir=questions_dir)

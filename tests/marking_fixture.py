@@ -118,3 +118,29 @@ def write_class(out_dir: Path, answers: dict[str, dict[str, str | None]]) -> Pat
         folder.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, folder / f"{NOTEBOOK}.ipynb")
     return Path(out_dir)
+
+
+def write_results(out_dir: Path, answers: dict[str, dict[str, str | None]], solutions: Path) -> Path:
+    """What else ``course grade`` leaves for the class of ``write_class``: a result file per student (one
+    passed test cell of 1 point, and the written answers as the grader leaves them: awaiting a TA,
+    blank, missing), a feedback page per student, and class.json naming ``solutions``."""
+    import json
+
+    from autograde.feedback import finish_page
+    from autograde.results import CellResult, LabResult, NotebookResult, written_cell
+    from autograde.store import ResultStore, StoredResult
+
+    store = ResultStore(out_dir)
+    for student, texts in answers.items():
+        notebook = NotebookResult(NOTEBOOK, "graded", cells=[CellResult("test_warmup", 1.0, 1.0, "passed")])
+        for grade_id, (_, points, _) in PROMPTS.items():
+            text = texts.get(grade_id, "YOUR ANSWER HERE")
+            notebook.cells.append(written_cell(grade_id, float(points),
+                                               None if text is None else {"source": text, "cell_type": "markdown"}))
+        page = finish_page("<html><head><title>feedback</title></head><body><p>the graded notebook</p></body></html>",
+                           notebook)
+        result = LabResult(student, LAB, [notebook], timestamp="2026-01-10 12:00:00 UTC")
+        store.save(StoredResult(result, {}, True), feedback={NOTEBOOK: page})
+    (Path(out_dir) / "class.json").write_text(json.dumps({"solutions": str(solutions), "device": "cpu",
+                                                          "timeout": 60, "problems": []}), encoding="utf-8")
+    return Path(out_dir)

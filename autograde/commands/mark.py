@@ -55,7 +55,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--lease", type=float, default=300.0, metavar="SECONDS",
                         help="how long an open answer stays claimed without activity (default 300)")
     parser.add_argument("--questions", type=Path, metavar="FOLDER",
-                        help="the folder of <lab>.toml rubric files (default: the course's autograde/knowledge)")
+                        help="the folder of <lab>.toml rubric files (default: the course's autograde/knowledge); "
+                             "kept in OUT/class.json for the class files rebuilt later")
     parser.add_argument("--solutions", type=Path, metavar="FOLDER",
                         help="the solution notebooks holding the questions and model answers (default: the "
                              "folder `course grade` graded with, else the course's solutions/)")
@@ -84,6 +85,25 @@ def _solutions(args) -> Path:
     return Path(recorded) if recorded and (Path(recorded) / args.lab).is_dir() else SOLUTIONS_DIR
 
 
+def _remember_questions(args) -> None:
+    """A rubric folder given with --questions is kept in OUT/class.json, so the class files that
+    `course grade` and `course adjust` rebuild show the criteria's words too."""
+    import json
+
+    from autograde.store import atomic_write_bytes
+
+    record_path = args.results / "class.json"
+    if not args.questions or not record_path.is_file():
+        return
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+    except ValueError:
+        return
+    if record.get("questions") != str(args.questions.resolve()):
+        record["questions"] = str(args.questions.resolve())
+        atomic_write_bytes(record_path, json.dumps(record, indent=1).encode())
+
+
 def _progress_lines(summary: dict) -> list[str]:
     lines = []
     for question in summary["questions"]:
@@ -93,14 +113,17 @@ def _progress_lines(summary: dict) -> list[str]:
     return lines
 
 
-def _rebuild(out: Path, command: str) -> str:
+def _rebuild(args, command: str) -> str:
     from autograde.layout import GradingError
     from autograde.out_folder import claim, held_by
     from autograde.outputs import rebuild_class_files
 
+    out = args.results
+    if not (out / "results").is_dir():
+        return f"{out} holds no results/ yet: `course grade` writes the class files with the marks"
     try:
         with claim(out, command):
-            rebuild_class_files(out)
+            rebuild_class_files(out, questions_dir=args.questions, solutions_dir=args.solutions)
     except GradingError:
         holder = held_by(out) or {}
         return (f"a `course grade` (process {holder.get('pid', '?')} on {holder.get('host', '?')}) is writing {out}: "
@@ -130,7 +153,7 @@ def _release(args, app) -> int:
     if args.release and awaiting:
         print(f"note: {awaiting} answers still await a mark: their feedback says 'not graded yet' until a TA "
               "marks them, and `course export` leaves those students' lab empty (or --partial)")
-    print(_rebuild(args.results, "course mark"))
+    print(_rebuild(args, "course mark"))
     return 0
 
 
@@ -159,6 +182,7 @@ def run(args) -> int:
             raise ValueError(f"--lease must be 10 to 86400 seconds, got {args.lease:g}")
         app = open_session(args.results, args.lab, anonymous=args.anonymous, questions=questions,
                            lease_s=args.lease, default_grader=args.grader)
+        _remember_questions(args)
         if args.status or args.release or args.withdraw:
             server = None
         else:
@@ -200,5 +224,5 @@ def run(args) -> int:
         server.shutdown()
         server.server_close()
     print(f"stopped; marks kept in {args.results / 'ledger.sqlite'}")
-    print(_rebuild(args.results, "course mark"))
+    print(_rebuild(args, "course mark"))
     return 0

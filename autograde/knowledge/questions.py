@@ -44,7 +44,7 @@ KNOWLEDGE_DIR = Path(__file__).resolve().parent
 SOLUTIONS_DIR = KNOWLEDGE_DIR.parent.parent / "solutions"     # the checkout's nbgrader source folder
 GRADE_ID = re.compile(r"^written_[a-z0-9_]{1,60}$")
 CRITERION_ID = re.compile(r"^[a-z][a-z0-9_]{0,30}$")
-NOTEBOOK = re.compile(r"^\d\d_[a-z0-9_]+$")
+NOTEBOOK = re.compile(r"^[a-z0-9][a-z0-9_-]{0,60}$")
 PROMPT_LEAD = re.compile(r"^\*\*Written question \([^)]*\)\.\*\*\s*")   # authoring.written_question's first words
 MAX_CRITERIA = 9          # the number keys 1-9 of the marking page
 POINTS_TOLERANCE = 1e-9
@@ -294,7 +294,8 @@ def _criterion(entry, where: str) -> Criterion:
 def _notebook(entry: dict, where: str) -> str:
     notebook = _text(entry, "notebook", where)
     if not NOTEBOOK.match(notebook):
-        raise RubricError(f"{where}: notebook {notebook!r} must be a chapter's stem, like 03_decode")
+        raise RubricError(f"{where}: notebook {notebook!r} must be a chapter's file name without .ipynb, like "
+                          "03_decode (lower case, digits, _ and -)")
     return notebook
 
 
