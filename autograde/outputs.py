@@ -8,11 +8,15 @@ half-written one:
 
 - ``grades.csv`` and ``report.json`` (``report``), every grade as ``final`` computes it;
 - the feedback pages: a box at the top of each page lists what the course staff changed (a cell's
-  points and their comment, the lab's score, a penalty, the late penalty), replaced on each rebuild;
+  points and their comment, the lab's score, a penalty, the late penalty), and one the written
+  answers (how many points a TA grades; once the lab's marks are released, each answer's criteria
+  met and the TA's comment), replaced on each rebuild;
 - ``gradebook.db``: nbgrader's gradebook with every lab (generate_assignment's cells and points) and
-  every student's autograded scores, the staff's cell scores as nbgrader's manual scores, the due
-  times and each hand-in's time and extension, next to ``autograded/<student>/<lab>/`` and an
-  ``nbgrader_config.py``, so ``OUT`` opens in formgrader for manual review.
+  every student's autograded scores, the staff's cell scores as nbgrader's manual scores (a TA's
+  mark of a written answer with its rubric lines as the cell's comment; an answered written cell
+  without a mark "needs manual grade"), the due times and each hand-in's time and extension, next to
+  ``autograded/<student>/<lab>/`` and an ``nbgrader_config.py``, so ``OUT`` opens in formgrader for
+  manual review.
 
 Scores changed in formgrader are not lost when the gradebook is built again: ``sync_formgrader``
 reads every manual score that differs from what this writer last wrote (``GRADEBOOK_BASELINE``) into

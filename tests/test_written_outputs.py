@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -107,7 +108,7 @@ def test_marks_count_at_once_but_reach_the_feedback_only_once_released(out):
 
 def test_course_check_says_a_ta_grades_a_written_answer():
     from autograde.authoring import code, notebook, written_question
-    from course_lib.handin.check import BY_TA, NOT_ATTEMPTED, VisibleRun, _exercises, format_report, CheckReport
+    from course_lib.handin.check import BY_TA, NOT_ATTEMPTED, CheckReport, VisibleRun, _exercises, format_report
 
     cells = [code("x = 1")]
     for grade_id, text in (("written_a", "My own words."), ("written_b", "YOUR ANSWER HERE"), ("written_c", "  ")):
@@ -118,7 +119,7 @@ def test_course_check_says_a_ta_grades_a_written_answer():
     exercises = _exercises(nb, None, VisibleRun({}, [], 0.0, 1, 0))
     assert [(ex.grade_id, ex.status, ex.ta_points) for ex in exercises] == \
         [("written_a", BY_TA, 2), ("written_b", NOT_ATTEMPTED, 2), ("written_c", NOT_ATTEMPTED, 2)]
-    report = CheckReport(path=__import__("pathlib").Path("x.ipynb"), exercises=exercises, ran=True)
+    report = CheckReport(path=Path("x.ipynb"), exercises=exercises, ran=True)
     assert report.totals.text() == "visible: 0 of 0 points; 6 points are graded by your TA"
     assert "2 TA" in format_report(report) and report.all_passed
 
@@ -137,3 +138,35 @@ def test_the_kit_scan_finds_a_model_answer_and_what_the_chapter_gives_is_none(tm
     nbformat.write(nbformat.read(ROOT / "labs" / "lab01-text-to-tensors" / "04_paging.ipynb", as_version=4),
                    tmp_path / "labs" / "04_paging.ipynb")
     assert written_answer_leaks(ROOT, tmp_path) == []
+
+
+def test_the_release_manifest_lists_a_written_answer_and_course_check_and_submit_use_it(tmp_path):
+    """The kit's manifest (``release_manifest``) names written cells; ``course check`` reads them from it,
+    a deleted one is a file problem, and a changed one makes the lab worth handing in."""
+    from nbgrader.preprocessors import ClearHiddenTests, ClearSolutions, ComputeChecksums, LockCells
+
+    from autograde.authoring import code, notebook, written_question
+    from course_lib.handin.check import BY_TA, NOT_ATTEMPTED, VisibleRun, _cell_checks, _exercises
+    from course_lib.handin.manifest import release_manifest
+    from course_lib.handin.submit import changed_labs
+
+    source = notebook([code("x = 1"), *written_question("written_a", 3, "Why?", "Because.")])
+    release, resources = nbformat.reads(nbformat.writes(source), as_version=4), {}
+    for preprocessor in (LockCells, ClearSolutions, ClearHiddenTests, ComputeChecksums):
+        release, resources = preprocessor().preprocess(release, resources)
+    (tmp_path / "labs" / "lab00-x").mkdir(parents=True)
+    nbformat.write(release, tmp_path / "labs" / "lab00-x" / "ch1.ipynb")
+    cells = release_manifest(tmp_path / "labs")["lab00-x"]["ch1"]
+    assert [(cell["grade_id"], cell["kind"], cell["points"]) for cell in cells] == [("written_a", "written", 3)]
+    run = VisibleRun({}, [], 0.0, 1, 0)
+    assert [ex.status for ex in _exercises(release, cells, run)] == [NOT_ATTEMPTED]
+    answered = nbformat.reads(nbformat.writes(release), as_version=4)
+    answered.cells[-1].source = "Because the sign cancels."
+    assert [ex.status for ex in _exercises(answered, cells, run)] == [BY_TA]
+    assert changed_labs(tmp_path / "labs", {"lab00-x": {"ch1": cells}}) == []
+    nbformat.write(answered, tmp_path / "labs" / "lab00-x" / "ch1.ipynb")
+    assert changed_labs(tmp_path / "labs", {"lab00-x": {"ch1": cells}}) == ["lab00-x"]
+    deleted = nbformat.reads(nbformat.writes(release), as_version=4)
+    deleted.cells = deleted.cells[:-1]
+    problems = [check for check in _cell_checks(deleted, cells) if not check.ok]
+    assert problems and "deleted: written_a" in problems[0].detail
