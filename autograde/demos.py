@@ -25,9 +25,9 @@ lives in, keeps the demos and the pipeline tests fast as labs grow.
 
 ``make demo-all`` grades every demo student and compares each with its spec (``course grade
 --demo-specs``): ``correct`` must score full marks, ``blank`` zero. ``make demo`` grades a small
-class in minutes (``quick_demo_class``: per lab ``correct``, ``blank`` and one buggy student on one
-short chapter, and the lab's ``attack-borrow-the-reference``), compared with the same specs on the
-notebooks handed in. The test suite, which must stay fast, grades each lab's
+class in minutes (``quick_demo_class``: per lab ``correct``, ``blank``, one buggy student and the
+``written-*`` students on one short chapter, and the lab's ``attack-borrow-the-reference``), compared
+with the same specs on the notebooks handed in. The test suite, which must stay fast, grades each lab's
 ``attack-borrow-the-reference`` and Lab 0.1's ``attack-read-secrets``
 (``attack-*`` students are hostile code: borrowing the references, patching the checks, a fake
 NeedsGPU, reading the hidden tests; their EXPECTED may be 0 or full marks). An attack that borrows
