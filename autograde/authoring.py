@@ -115,6 +115,31 @@ def notebook(cells, *, title: str | None = None):
     return nb
 
 
+def points_summary(nb) -> str:
+    """What a chapter's first cell announces about its points: "**15 points** in 7 graded test cells",
+    with the GPU-only cell and the written answers when there are some: "**20 points**: 15 in 7 graded
+    test cells (one of them, 2 points, needs a GPU and is skipped on a CPU) and 5 in a written answer
+    graded by your TA". Tests check every header against it."""
+    from course_lib.handin.notebooks import autograded_cells, written_cells
+
+    tests_ = autograded_cells(nb)
+    written = written_cells(nb)
+    auto = sum(float(cell.metadata["nbgrader"].get("points", 0)) for cell in tests_)
+    gpu = [cell for cell in tests_ if cell.metadata.get("course", {}).get("needs_gpu")]
+    gpu_text = ""
+    if gpu:
+        gpu_points = sum(float(cell.metadata["nbgrader"]["points"]) for cell in gpu)
+        which = "one of them" if len(gpu) == 1 else f"{len(gpu)} of them"
+        gpu_text = f" ({which}, {gpu_points:g} points, need{'s' if len(gpu) == 1 else ''} a GPU and " \
+                   f"{'is' if len(gpu) == 1 else 'are'} skipped on a CPU)"
+    if not written:
+        return f"**{auto:g} points** in {len(tests_)} graded test cells{gpu_text}"
+    ta = sum(float(cell.metadata["nbgrader"].get("points", 0)) for cell in written)
+    answers = "a written answer" if len(written) == 1 else f"{len(written)} written answers"
+    return (f"**{auto + ta:g} points**: {auto:g} in {len(tests_)} graded test cells{gpu_text} and {ta:g} in "
+            f"{answers} graded by your TA")
+
+
 def total_points(nb) -> float:
     """Sum of the points of a notebook's graded cells (what the header should announce)."""
     return sum(

@@ -6,8 +6,17 @@ the bug it carries (``buggy-merge-order.py``)::
     DESCRIPTION = "what the bug is and which exercises it should cost"
     BASE = "solution"                 # answer cells start from the reference answers...
     ANSWERS = {"encode": "def encode(...): ..."}   # ...except these (keyed by answer grade_id)
-    EXPECTED = {"01_tokenization": 18}             # points it must score (asserted by the tests)
+    WRITTEN = "blank"                 # optional: the written answers as released ("blank", the default),
+                                      # or the model answers ("model"); ANSWERS may name one by its grade_id
+    EXPECTED = {"01_tokenization": 18}             # autograded points it must score (asserted by the tests)
+    EXPECTED = {"01_tokenization": {"auto": 23, "awaiting_ta": 3}}   # ...and the written answers' points
+                                                   # that must await a TA (a number alone: none may)
     FILES = {"timestamp.txt": "..."}               # optional: other files of the hand-in, as text
+
+A written answer (a Markdown cell a TA grades, ``course mark``) is never scored by the autograder: it
+awaits a TA, or it is blank (as released, or emptied) and scores 0 with no TA work. So a spec says
+both what the autograder must give and how many points must be left to a TA: ``correct`` (the model
+answers) full marks of the test cells with every written answer awaiting a TA, ``blank`` 0 and none.
 
 A demo student hands in the notebooks its ``EXPECTED`` names, like a student who submitted only the
 chapters done so far (the others are graded as missing); with no ``EXPECTED`` (``correct``,
@@ -16,9 +25,9 @@ lives in, keeps the demos and the pipeline tests fast as labs grow.
 
 ``make demo-all`` grades every demo student and compares each with its spec (``course grade
 --demo-specs``): ``correct`` must score full marks, ``blank`` zero. ``make demo`` grades a small
-class in minutes (``quick_demo_class``: per lab ``correct``, ``blank`` and one buggy student on one
-short chapter, and the lab's ``attack-borrow-the-reference``), compared with the same specs on the
-notebooks handed in. The test suite, which must stay fast, grades each lab's
+class in minutes (``quick_demo_class``: per lab ``correct``, ``blank``, one buggy student and the
+``written-*`` students on one short chapter, and the lab's ``attack-borrow-the-reference``), compared
+with the same specs on the notebooks handed in. The test suite, which must stay fast, grades each lab's
 ``attack-borrow-the-reference`` and Lab 0.1's ``attack-read-secrets``
 (``attack-*`` students are hostile code: borrowing the references, patching the checks, a fake
 NeedsGPU, reading the hidden tests; their EXPECTED may be 0 or full marks). An attack that borrows
@@ -43,11 +52,28 @@ from pathlib import Path
 import nbformat
 
 from autograde.release import Difference
-from course_lib.handin.notebooks import comparable_cells, nbgrader_meta
+from course_lib.handin.notebooks import comparable_cells, is_written_answer, nbgrader_meta
 
 DEMO_SPECS = Path("autograde") / "demo"
 DEMO_SUBMISSIONS = Path("autograde") / "demo_submissions"
 SOLUTION_REGION = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[^\n]*\n?", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What one notebook of a demo student must come out as: the autograder's points, and the points of
+    its written answers that await a TA."""
+
+    auto: float
+    awaiting_ta: float = 0.0
+
+    @classmethod
+    def read(cls, value, where: str) -> "Expected":
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return cls(float(value))
+        if isinstance(value, dict) and set(value) <= {"auto", "awaiting_ta"} and "auto" in value:
+            return cls(float(value["auto"]), float(value.get("awaiting_ta", 0)))
+        raise ValueError(f"{where}: EXPECTED values are points, or {{'auto': N, 'awaiting_ta': M}}; got {value!r}")
 
 
 @dataclass
@@ -56,8 +82,9 @@ class DemoStudent:
     description: str
     base: str = "solution"
     answers: dict[str, str] = field(default_factory=dict)
-    expected: dict[str, float] = field(default_factory=dict)
+    expected: dict[str, Expected] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)   # other files handed in (timestamp.txt), by name
+    written: str = "blank"     # the written answers: "blank" (as released) or "model" (the model answers)
 
     @property
     def is_attack(self) -> bool:
@@ -81,8 +108,13 @@ def load_demo_students(specs_dir: Path) -> list[DemoStudent]:
             if name != "timestamp.txt":
                 raise ValueError(f"{spec_path}: FILES may hold timestamp.txt only (what a hand-in has besides "
                                  f"notebooks), got {name!r}")
+        written = spec.get("WRITTEN", "blank")
+        if written not in ("blank", "model"):
+            raise ValueError(f"{spec_path}: WRITTEN must be 'blank' or 'model', got {written!r}")
+        expected = {name: Expected.read(value, f"{spec_path}: EXPECTED[{name!r}]")
+                    for name, value in dict(spec.get("EXPECTED", {})).items()}
         students.append(DemoStudent(spec_path.stem, spec.get("DESCRIPTION", ""), base,
-                                    dict(spec.get("ANSWERS", {})), dict(spec.get("EXPECTED", {})), files))
+                                    dict(spec.get("ANSWERS", {})), expected, files, written))
     if not any(student.name == "blank" for student in students):
         students.append(DemoStudent("blank", "the release as handed out: every answer still a stub", "release"))
     return students
@@ -109,17 +141,22 @@ def solution_cell(lab: str, notebook: str, grade_id: str, solutions: Path | None
 
 
 def build_submission(release_nb, solution_nb, student: DemoStudent, notebook_name: str):
-    """The release notebook with its answer cells filled in as the demo student would have."""
+    """The release notebook with its answer cells filled in as the demo student would have: code answers
+    from ``BASE`` and ``ANSWERS``, written answers from ``ANSWERS`` or ``WRITTEN``."""
     submission = copy.deepcopy(release_nb)
     solutions = {nbgrader_meta(c).get("grade_id"): c.source for c in solution_nb.cells if nbgrader_meta(c).get("solution")}
     for cell in submission.cells:
         meta = nbgrader_meta(cell)
-        if not meta.get("solution") or meta.get("grade"):
+        written = is_written_answer(cell)
+        if not meta.get("solution") or (meta.get("grade") and not written):
             continue
         grade_id = meta.get("grade_id")
         replacement = student.answers.get(f"{notebook_name}/{grade_id}", student.answers.get(grade_id))
         if replacement is not None:
             cell.source = replacement.strip("\n")
+        elif written:
+            if student.written == "model" and grade_id in solutions:
+                cell.source = solutions[grade_id]
         elif student.base == "solution" and grade_id in solutions:
             cell.source = solution_answer(solutions[grade_id])
     return submission
@@ -182,32 +219,46 @@ def sync_demo_submissions(root: Path, labs: list[str], *, check: bool) -> list[D
 
 @dataclass
 class SpecComparison:
-    """One demo student's notebook: the score its spec asks for against the score it got."""
+    """One demo student's notebook: what its spec asks for (autograded points, and points awaiting a TA)
+    against what it got."""
 
     student: str
     lab: str
     notebook: str
-    expected: float | None      # None: the notebook is not in the report (not graded)
+    expected: Expected | None   # None: the notebook is not in the report (not graded)
     got: float | None
     max_score: float | None
+    awaiting_ta: float | None = None   # the points that await a TA in the report
 
     @property
     def ok(self) -> bool:
-        return self.expected is not None and self.got is not None and abs(self.got - self.expected) < 1e-9
+        return (self.expected is not None and self.got is not None and abs(self.got - self.expected.auto) < 1e-9
+                and abs((self.awaiting_ta or 0.0) - self.expected.awaiting_ta) < 1e-9)
 
 
-def expected_scores(student: DemoStudent, notebooks: dict[str, float]) -> dict[str, float]:
-    """What the spec promises per notebook: ``correct`` full marks, ``blank`` zero, others EXPECTED.
+def written_points(notebook: dict) -> float:
+    """The points of a graded notebook's written answers (report.json's cells)."""
+    return sum(float(cell["max_points"]) for cell in notebook.get("cells", []) if cell.get("written"))
 
-    ``notebooks`` maps each notebook the student handed in to its max_score (GPU-only cells already
-    left out): ``make demo`` hands in one chapter of ``correct`` and ``blank`` per lab, ``make
-    demo-all`` every chapter.
+
+def expected_scores(student: DemoStudent, notebooks: dict[str, dict]) -> dict[str, Expected]:
+    """What the spec promises per notebook: ``correct`` full marks of the test cells (its written answers
+    awaiting a TA when they are the model answers), ``blank`` zero and nothing awaiting, others EXPECTED.
+
+    ``notebooks`` maps each notebook the student handed in to its report entry (max_score, GPU-only
+    cells already left out; cells): ``make demo`` hands in one chapter of ``correct`` and ``blank`` per
+    lab, ``make demo-all`` every chapter.
     """
     if student.name == "correct":
-        return dict(notebooks)
+        expected = {}
+        for name, notebook in notebooks.items():
+            written = written_points(notebook)
+            pending = written if student.written == "model" else 0.0
+            expected[name] = Expected(float(notebook["max_score"]) - written, pending)
+        return expected
     if student.name == "blank":
-        return {name: 0.0 for name in notebooks}
-    return {name: float(score) for name, score in student.expected.items()}
+        return {name: Expected(0.0) for name in notebooks}
+    return dict(student.expected)
 
 
 def compare_with_specs(report: dict, specs_root: Path) -> list[SpecComparison]:
@@ -225,21 +276,26 @@ def compare_with_specs(report: dict, specs_root: Path) -> list[SpecComparison]:
         if student is None:
             continue
         graded = {nb["name"]: nb for nb in entry.get("notebooks", [])}
-        maxima = {name: float(nb["max_score"]) for name, nb in graded.items() if nb.get("status") != "missing"}
-        for name, expected in sorted(expected_scores(student, maxima).items()):
+        handed_in = {name: nb for name, nb in graded.items() if nb.get("status") != "missing"}
+        for name, expected in sorted(expected_scores(student, handed_in).items()):
             notebook = graded.get(name)
             rows.append(SpecComparison(student.name, lab, name, expected,
                                        None if notebook is None else float(notebook["score"]),
-                                       None if notebook is None else float(notebook["max_score"])))
+                                       None if notebook is None else float(notebook["max_score"]),
+                                       None if notebook is None else float(notebook.get("awaiting_ta") or 0)))
     return rows
 
 
 def spec_table(rows: list[SpecComparison]) -> str:
-    """The comparison as a plain-text table, mismatches marked."""
-    lines = [f"{'lab':<26} {'student':<40} {'notebook':<28} {'expected':>8} {'got':>8}  "]
+    """The comparison as a plain-text table, mismatches marked; "+N TA": points that await a TA."""
+    def shown(auto, pending):
+        return f"{auto:g}" + (f" +{pending:g} TA" if pending else "")
+
+    lines = [f"{'lab':<26} {'student':<40} {'notebook':<28} {'expected':>12} {'got':>14}  "]
     for row in rows:
-        got = "-" if row.got is None else f"{row.got:g}/{row.max_score:g}"
-        lines.append(f"{row.lab:<26} {row.student:<40} {row.notebook:<28} {row.expected:>8g} {got:>8}  "
+        expected = "-" if row.expected is None else shown(row.expected.auto, row.expected.awaiting_ta)
+        got = "-" if row.got is None else f"{shown(row.got, row.awaiting_ta or 0)}/{row.max_score:g}"
+        lines.append(f"{row.lab:<26} {row.student:<40} {row.notebook:<28} {expected:>12} {got:>14}  "
                      + ("ok" if row.ok else "MISMATCH"))
     return "\n".join(lines)
 
@@ -269,8 +325,9 @@ QUICK_DEMO_ATTACK = "attack-borrow-the-reference"
 def quick_demo_class(root: Path, out: Path, labs: list[str]) -> list[tuple[str, str, list[str]]]:
     """Copy ``make demo``'s class out of the demo submissions into ``out``; returns (student, lab, notebooks).
 
-    Per lab: ``correct``, ``blank`` and the first buggy student of the lab's quick chapter, each
-    handing in that chapter alone, and the lab's ``attack-borrow-the-reference`` (its own chapters).
+    Per lab: ``correct``, ``blank``, the first buggy student of the lab's quick chapter and its
+    ``written-*`` students (a weak, a blank and a hostile written answer), each handing in that chapter
+    alone, and the lab's ``attack-borrow-the-reference`` (its own chapters).
     """
     picked = []
     for lab in labs:
@@ -281,6 +338,8 @@ def quick_demo_class(root: Path, out: Path, labs: list[str]) -> list[tuple[str, 
         chosen = [("correct", [chapter]), ("blank", [chapter])]
         if buggy:
             chosen.append((buggy, [chapter]))
+        chosen += [(name, [chapter]) for name, student in sorted(students.items())
+                   if name.startswith("written-") and set(student.expected) == {chapter}]
         if QUICK_DEMO_ATTACK in students:
             chosen.append((QUICK_DEMO_ATTACK, sorted(students[QUICK_DEMO_ATTACK].expected)))
         for name, notebooks in chosen:

@@ -16,7 +16,10 @@ roster's SIS Login ID, SIS User ID or ID (or the part of an e-mail login before 
 hand-in from an LMS download carries the uploader's Canvas ID, which matches without a roster too.
 
 A grading that did not finish (a worker died three times) gets an empty cell, never a zero, and is
-reported: Canvas keeps what it had. So does a roster student who handed in nothing, unless
+reported: Canvas keeps what it had. So does a lab whose written answers still await a TA (``final``:
+``awaiting``): its score without them is not the student's grade, and Canvas reads an empty cell as
+"not graded yet". ``partial=True`` (``course export --partial``) writes those scores anyway, each one
+listed in the notes as partial; the notes always say, per lab, how many answers await a TA. So does a roster student who handed in nothing, unless
 ``--missing zero``. A lab graded on more than one version of its tests is reported too.
 """
 
@@ -35,7 +38,8 @@ from autograde.store import StoredResult
 
 __all__ = ["CANVAS_COLUMNS", "Export", "RosterEntry", "canvas_csv", "notebook_csv", "read_roster", "wide_csv"]
 
-NOTEBOOK_COLUMNS = ["assignment", "notebook", "student_id", "score", "max_score", "skipped_points", "status"]
+NOTEBOOK_COLUMNS = ["assignment", "notebook", "student_id", "score", "max_score", "skipped_points", "status",
+                    "awaiting_ta"]
 
 
 @dataclass
@@ -49,7 +53,7 @@ def _number(value: float) -> str:
 
 
 def _points_possible(finals: list[FinalGrade], lab: str, notes: list[str]) -> float:
-    maxima = Counter(final.max_score for final in finals if final.lab == lab and final.complete)
+    maxima = Counter(final.max_score for final in finals if final.lab == lab and final.autograded)
     if not maxima:
         return 0.0
     if len(maxima) > 1:
@@ -59,14 +63,39 @@ def _points_possible(finals: list[FinalGrade], lab: str, notes: list[str]) -> fl
     return max(maxima)
 
 
-def _cells(stored: list[StoredResult], finals: list[FinalGrade], notes: list[str]) -> dict[str, dict[str, str]]:
-    """{student: {lab: the score as the LMS gets it}}: empty for a grading that did not finish."""
+def awaiting_notes(finals: list[FinalGrade], *, partial: bool) -> list[str]:
+    """Per lab: how many written answers (of how many students) await a TA, and what the file holds for them."""
+    notes = []
+    for lab in sorted({final.lab for final in finals}):
+        pending = [final for final in finals if final.lab == lab and final.autograded and final.awaiting]
+        if not pending:
+            continue
+        answers = sum(len(final.awaiting) for final in pending)
+        what = ("their scores WITHOUT those answers are in the file (--partial): the LMS will show them as grades"
+                if partial else "their cells are left empty (Canvas: not graded yet); --partial writes the "
+                "scores without those answers")
+        notes.append(f"{lab}: {answers} written answer{'s' if answers > 1 else ''} of {len(pending)} student"
+                     f"{'s' if len(pending) > 1 else ''} await a TA (course mark OUT --lab {lab}); {what}")
+    return notes
+
+
+def _cells(stored: list[StoredResult], finals: list[FinalGrade], notes: list[str], *,
+           partial: bool = False) -> dict[str, dict[str, str]]:
+    """{student: {lab: the score as the LMS gets it}}: empty for a grading that did not finish, and for
+    written answers awaiting a TA unless ``partial``."""
     scores: dict[str, dict[str, str]] = {}
+    notes += awaiting_notes(finals, partial=partial)
     for entry, final in zip(stored, finals):
-        if not final.complete:
+        if not final.autograded:
             notes.append(f"{final.student}/{final.lab}: grading did not finish, left empty (grade it again)")
             scores.setdefault(final.student, {})[final.lab] = ""
             continue
+        if final.awaiting and not partial:
+            scores.setdefault(final.student, {})[final.lab] = ""
+            continue
+        if final.awaiting:
+            notes.append(f"PARTIAL: {final.student}/{final.lab}: {final.score:g} without {final.awaiting_ta:g} points "
+                         "of written answers that await a TA")
         scores.setdefault(final.student, {})[final.lab] = _number(final.score)
         renamed = [nb.handed_in_as for nb in entry.result.notebooks if nb.handed_in_as]
         if renamed:
@@ -98,7 +127,8 @@ def column_names(labs: list[str], assignments: dict[str, str] | None, roster: Ro
 
 
 def canvas_csv(stored: list[StoredResult], finals: list[FinalGrade], roster: Roster | list[RosterEntry] | None = None,
-               *, assignments: dict[str, str] | None = None, missing_as_zero: bool = False) -> Export:
+               *, assignments: dict[str, str] | None = None, missing_as_zero: bool = False,
+               partial: bool = False) -> Export:
     """The Canvas gradebook import file for every lab in ``stored`` (``finals``: their ``final_grade``)."""
     if isinstance(roster, list):
         roster = Roster(Path("roster.csv"), roster)
@@ -109,7 +139,7 @@ def canvas_csv(stored: list[StoredResult], finals: list[FinalGrade], roster: Ros
         if headers[lab] == lab:
             notes.append(f"{lab}: the column is named {lab!r}, which Canvas imports as a new assignment; "
                          f"--assignment {lab}=NAME fills your own (its name or id, as in Canvas's gradebook)")
-    scores = _cells(stored, finals, notes)
+    scores = _cells(stored, finals, notes, partial=partial)
     lms_ids = {entry.result.student: (entry.hand_in or {}).get("lms_user") for entry in stored
                if (entry.hand_in or {}).get("lms") == "Canvas"}
     buffer = io.StringIO()
@@ -160,18 +190,23 @@ def notebook_csv(stored: list[StoredResult], finals: list[FinalGrade] | None = N
         for notebook in result.notebooks:
             score = sum(final.cells.get((notebook.name, cell.grade_id), cell.points) for cell in notebook.cells) \
                 if final is not None else notebook.score
+            pending = sum(points for key, points in (final.awaiting if final is not None else {}).items()
+                          if key.split("/", 1)[0] == notebook.name) if final is not None else notebook.awaiting_ta
             writer.writerow({"assignment": result.lab, "notebook": notebook.name, "student_id": result.student,
                              "score": _number(score), "max_score": _number(notebook.max_score),
-                             "skipped_points": _number(notebook.skipped_points), "status": notebook.status})
+                             "skipped_points": _number(notebook.skipped_points), "status": notebook.status,
+                             "awaiting_ta": _number(pending)})
+    if finals is not None:
+        notes += awaiting_notes(finals, partial=True)
     return Export(buffer.getvalue(), notes)
 
 
-def wide_csv(stored: list[StoredResult], finals: list[FinalGrade]) -> Export:
-    """One row per student, one column per lab (the final score; empty when grading did not finish): what
-    Moodle's and Gradescope's CSV grade imports map column by column."""
+def wide_csv(stored: list[StoredResult], finals: list[FinalGrade], *, partial: bool = False) -> Export:
+    """One row per student, one column per lab (the final score; empty when grading did not finish or written
+    answers await a TA, unless ``partial``): what Moodle's and Gradescope's CSV grade imports map column by column."""
     notes: list[str] = []
     labs = sorted({entry.result.lab for entry in stored})
-    scores = _cells(stored, finals, notes)
+    scores = _cells(stored, finals, notes, partial=partial)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["student_id", *labs])

@@ -220,7 +220,7 @@ def sanitize_notebook(nb, instructor: set[str], *, keep_timing: bool = False):
 
 _STATUS_COLOURS = {"passed": "#1a7f37", "failed": "#cf222e", "error": "#cf222e", "timeout": "#9a6700",
                    "kernel died": "#cf222e", "not run": "#6e7781", "partial": "#9a6700", "missing": "#6e7781",
-                   "skipped: needs a GPU": "#6e7781"}
+                   "skipped: needs a GPU": "#6e7781", "awaiting a TA": "#0969da", "not attempted": "#6e7781"}
 
 
 def _verdict(notebook) -> str:
@@ -238,10 +238,17 @@ def _verdict(notebook) -> str:
         "<div id='course-grader-verdict' style='border:3px solid #0969da;border-radius:6px;padding:0.8em;"
         "margin:1em auto;max-width:1140px;background:#f6f8fa;font-family:sans-serif'>"
         f"<h3 style='margin-top:0'>Grader's verdict: {notebook.score:g} / {notebook.max_score:g} points</h3>"
+        + (f"<p style='margin:0 0 0.5em 0'>{_ta_points(notebook):g} of these points are for written answers, graded "
+           "by your TA: their marks appear in a box above this one once your instructor releases them.</p>"
+           if _ta_points(notebook) else "") +
         "<p style='margin:0 0 0.5em 0'>These lines come from the grader's results. Everything below is your "
         "notebook as graded: what your code printed appears there as text, never here.</p>"
         "<table class='table table-condensed' style='margin:0'><tr><th>test cell</th><th>points</th><th>result</th>"
         "<th>why</th></tr>" + "".join(rows) + "</table></div>")
+
+
+def _ta_points(notebook) -> float:
+    return sum(cell.max_points for cell in notebook.cells if getattr(cell, "written", False))
 
 
 def finish_page(page: str, notebook=None) -> str:
@@ -259,14 +266,20 @@ def finish_page(page: str, notebook=None) -> str:
     return page
 
 
-def adjustments_box(final, notebook_name: str) -> str:
+def adjustments_box(final, notebook_name: str, *, released: bool = True) -> str:
     """HTML of what the course staff changed in one student's lab (``final.FinalGrade``), as the feedback page
     of ``notebook_name`` shows it above the grader's verdict; "" when nothing changed. Each change shows its
     comment for the student (``course adjust --comment``); who made it and the staff's reason stay in the
-    ledger."""
+    ledger. TA marks of written answers appear in ``written_box`` instead, and only once ``released``:
+    until then the total shown leaves their points out."""
     rows = []
+    unreleased = 0.0
     for change in final.adjustments:
         what = change["what"]
+        if change.get("written"):
+            if not released:
+                unreleased += float(change["to"] or 0)
+            continue
         if change["kind"] == "cell" and not what.startswith(f"{notebook_name}/"):
             continue
         if change["kind"] == "cell":
@@ -285,8 +298,43 @@ def adjustments_box(final, notebook_name: str) -> str:
                     f"{html.escape(str(late.get('rule') or ''))})</li>")
     if not rows:
         return ""
+    shown = max(0.0, round(final.score - unreleased, 4))
+    pending = " (the marks of your written answers are not released yet)" if unreleased or final.awaiting else ""
     return ("<div id='course-staff-adjustments' style='border:3px solid #9a6700;border-radius:6px;padding:0.8em;"
             "margin:1em auto;max-width:1140px;background:#fff8c5;font-family:sans-serif'>"
-            f"<h3 style='margin-top:0'>Your grade for {html.escape(final.lab)}: {final.score:g} / {final.max_score:g} "
-            "points, after the course staff's changes</h3><ul style='margin:0'>" + "".join(rows) + "</ul>"
+            f"<h3 style='margin-top:0'>Your grade for {html.escape(final.lab)}: {shown:g} / {final.max_score:g} "
+            f"points, after the course staff's changes{pending}</h3><ul style='margin:0'>" + "".join(rows) + "</ul>"
             "<p style='margin:0.5em 0 0 0'>The grader's verdict below is what the autograder found.</p></div>")
+
+
+def written_box(notebook, marks: dict, *, released: bool, questions=None) -> str:
+    """HTML of the written answers of one notebook (``results.NotebookResult``) for its feedback page; ""
+    when it has none. Before the instructor releases the lab's marks: how many points the TA grades and
+    that the marks appear once released, with no points, rubric or comment (``marks`` is not read).
+    After: each answer's mark (``marking.shown.mark_html``: criteria ticked, comment), "not attempted"
+    for a blank one, or "not graded yet". ``marks``: {grade_id: the ledger's cell event};
+    ``questions``: the lab's ``knowledge.LabQuestions`` (the rubrics' words), or None."""
+    from autograde.marking.shown import mark_html
+    from autograde.results import MISSING, NOT_ATTEMPTED
+
+    written = [cell for cell in notebook.cells if getattr(cell, "written", False)]
+    if not written:
+        return ""
+    points = sum(cell.max_points for cell in written)
+    parts = []
+    if not released:
+        parts.append(f"<p style='margin:0'>{points:g} points are graded by your TA; marks appear here once released.</p>")
+    else:
+        for cell in written:
+            event = marks.get(cell.grade_id)
+            question = questions.by_cell(notebook.name, cell.grade_id) if questions is not None else None
+            if event is not None:
+                body = mark_html(question, event)
+            elif cell.status in (NOT_ATTEMPTED, MISSING):
+                body = f"<p style='margin:0.3em 0'>0 / {cell.max_points:g} points: not attempted.</p>"
+            else:
+                body = f"<p style='margin:0.3em 0'>not graded yet ({cell.max_points:g} points).</p>"
+            parts.append(f"<h4 style='margin:0.6em 0 0 0'><code>{html.escape(cell.grade_id)}</code></h4>{body}")
+    return ("<div id='course-written-answers' style='border:3px solid #0969da;border-radius:6px;padding:0.8em;"
+            "margin:1em auto;max-width:1140px;background:#ddf4ff;font-family:sans-serif'>"
+            "<h3 style='margin-top:0'>Your written answers, graded by your TA</h3>" + "".join(parts) + "</div>")

@@ -10,9 +10,15 @@ a lab score set after a regrade request, a penalty, an extension, the due time a
     score      raw_score - late penalty (``due.LateRule`` on the hand-in's lateness, its due time the
                student's extension or the lab's) - penalty (``penalty`` event), never below 0
 
+A written answer (``results.AWAITING_TA``) has no points until a person gives it some: a TA's mark
+(``course mark``, formgrader, ``course adjust --cell``) is a ``cell`` event like any other. Until
+every answered written question of the lab has one (or a person set the lab's score), its points
+``await a TA`` and the grade is not complete.
+
 Every command that shows a grade uses this: the score table, report.json, grades.csv, the
 gradebook, the feedback pages and ``course export``. A grade is ``complete`` when the autograder
-finished the submission; an incomplete one goes to an LMS as an empty cell, never a zero.
+finished the submission and no written answer awaits a TA; an incomplete one goes to an LMS as an
+empty cell, never a zero (``course export --partial`` aside).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from datetime import datetime
 
 from autograde.due import DueError, Receipt, hand_in, parse_late_rule, parse_time
 from autograde.ledger import Event, LedgerState
-from autograde.results import NEEDS_GPU
+from autograde.results import AWAITING_TA, NEEDS_GPU
 from autograde.store import StoredResult
 
 __all__ = ["FinalGrade", "final_grade", "final_grades"]
@@ -40,7 +46,10 @@ class FinalGrade:
     late_penalty: float = 0.0
     penalty: float = 0.0
     score: float = 0.0
-    complete: bool = True
+    complete: bool = True         # graded by the autograder, and no written answer awaits a TA
+    autograded: bool = True       # the autograder finished (False: grading failed; grade it again)
+    awaiting: dict[str, float] = field(default_factory=dict)   # "<notebook>/<grade_id>" -> points: written
+    #                                                             answers no person has marked yet
     hand_in: dict | None = None   # due.hand_in's entry, or None without a due time
     adjustments: list[dict] = field(default_factory=list)   # what people changed, for report.json and feedback
     cells: dict[tuple[str, str], float] = field(default_factory=dict)   # (notebook, cell) -> points as graded now
@@ -51,13 +60,19 @@ class FinalGrade:
         return 100.0 * self.score / self.max_score if self.max_score else 0.0
 
     @property
+    def awaiting_ta(self) -> float:
+        """Points of the written answers that await a TA."""
+        return sum(self.awaiting.values())
+
+    @property
     def adjusted(self) -> bool:
         return bool(self.adjustments) or bool(self.late_penalty)
 
     def as_dict(self) -> dict:
         return {"auto_score": self.auto_score, "raw_score": self.raw_score, "late_penalty": self.late_penalty,
                 "penalty": self.penalty, "score": self.score, "max_score": self.max_score,
-                "percent": round(self.percent, 1), "complete": self.complete, "adjustments": self.adjustments,
+                "percent": round(self.percent, 1), "complete": self.complete, "autograded": self.autograded,
+                "awaiting_ta": self.awaiting_ta, "awaiting": self.awaiting, "adjustments": self.adjustments,
                 "notes": self.notes}
 
 
@@ -89,7 +104,7 @@ def final_grade(stored: StoredResult, state: LedgerState) -> FinalGrade:
     """One result with the ledger applied (see the module docstring)."""
     result = stored.result
     grade = FinalGrade(result.student, result.lab, result.score, result.max_score, result.score,
-                       complete=stored.complete)
+                       complete=stored.complete, autograded=stored.complete)
     staff_cells = state.cell_scores(result.lab, result.student)
     applied = set()
     for notebook in result.notebooks:
@@ -102,8 +117,12 @@ def final_grade(stored: StoredResult, state: LedgerState) -> FinalGrade:
                 points = float(event.value) + float(event.data.get("extra_credit") or 0)
                 if cell.status == NEEDS_GPU:
                     grade.max_score += cell.max_points   # graded by a person: it counts after all
+                extra = {"written": True, "criteria": event.data.get("criteria") or {},
+                         "rubric_hash": event.data.get("rubric_hash") or ""} if cell.written else {}
                 grade.adjustments.append(_adjustment(event, f"{notebook.name}/{cell.grade_id}", cell.points, points,
-                                                     max_points=cell.max_points))
+                                                     max_points=cell.max_points, **extra))
+            elif cell.status == AWAITING_TA:
+                grade.awaiting[f"{notebook.name}/{cell.grade_id}"] = cell.max_points
             grade.cells[key] = points
     for key, event in staff_cells.items():
         if key not in applied:
@@ -114,6 +133,8 @@ def final_grade(stored: StoredResult, state: LedgerState) -> FinalGrade:
     if lab_score is not None:
         grade.adjustments.append(_adjustment(lab_score, "the lab's score", grade.raw_score, float(lab_score.value)))
         grade.raw_score = float(lab_score.value)
+        grade.awaiting = {}     # a person decided the whole lab
+    grade.complete = grade.autograded and not grade.awaiting
     try:
         deadline, basis = _deadline(state, result.lab, result.student)
         rule_event = state.late_rule(result.lab)

@@ -34,8 +34,8 @@ from autograde.layout import COURSE_ID, LAB_NAME, SAFE_ID, GradingError, Workspa
 from autograde.lost_points import read_record, record_path
 from autograde.release import generate_release
 from autograde.results import (NEEDS_GPU, CellResult, LabResult, NotebookResult, classify_cell,
-                               missing_notebook, needs_gpu)
-from course_lib.handin.notebooks import MalformedNotebook, grade_cells, nbgrader_meta, read_notebook
+                               missing_notebook, needs_gpu, written_cell)
+from course_lib.handin.notebooks import MalformedNotebook, grade_cells, is_written_answer, nbgrader_meta, read_notebook
 
 
 @dataclass
@@ -275,6 +275,9 @@ class Grader:
         for source_cell in grade_cells(source):
             grade_id = source_cell.metadata["nbgrader"]["grade_id"]
             points, max_points = scores.get(grade_id, (0.0, float(source_cell.metadata["nbgrader"]["points"])))
+            if is_written_answer(source_cell):   # the source decides, never the submission's metadata
+                result.cells.append(written_cell(grade_id, max_points, cells_by_id.get(grade_id)))
+                continue
             if not gpu and needs_gpu(source_cell):
                 result.cells.append(CellResult(grade_id, 0.0, max_points, NEEDS_GPU, "skipped: needs a GPU"))
                 continue

@@ -15,8 +15,10 @@ What goes in:
 A kit published as a git repository keeps its history: ``--force`` moves the old kit's ``.git`` into
 the new one and commits it (``--git`` starts the history).
 
-What stays out: ``solutions/``, hidden tests, demo submissions, the grader's workspace, and every
-line of code that answers a locked exercise. ``find_leaks`` proves the last point, on one rule:
+What stays out: ``solutions/``, hidden tests, demo submissions, the grader's workspace, the written
+questions' model answers, rubrics and notes for TAs (``written_answer_leaks``: ``knowledge.leaks``'
+scan of every file), and every line of code that answers a locked exercise. ``find_leaks`` proves the
+last point, on one rule:
 
     Code that a release notebook *gives* (worked examples, scaffolding, the signature and docstring
     of an answer cell: everything in a code cell of ``labs/``) is the course's gift. Code that
@@ -486,7 +488,27 @@ def _write_kit(root: Path, folder: Path, plan: KitPlan) -> int:
             f"something the example does not show), and a later chapter uses an earlier chapter's answers through "
             f"course_lib.chapters.answers_from, never a copy (see CONTRIBUTING.md, \"What a kit may contain\").\n  "
             f"{shown}")
+    written = written_answer_leaks(root, folder)
+    if written:
+        shown = "\n  ".join(map(str, written[:20])) + (f"\n  ... and {len(written) - 20} more" if len(written) > 20 else "")
+        raise GradingError(
+            f"refused: the kit would contain the model answer, rubric or TA notes of a written question "
+            f"({len(written)} place{'s' if len(written) > 1 else ''}), so nothing was written. They belong in "
+            f"solutions/ (the answer cell's source, which the release replaces) and autograde/knowledge/ only.\n  "
+            f"{shown}")
     return len(stubbed)
+
+
+def written_answer_leaks(root: Path, folder: Path) -> list:
+    """Places in ``folder`` (a kit) holding a written question's model answer, a rubric's criteria or
+    partial credits, or notes for TAs (``knowledge.leaks``: what the release notebooks show is no leak)."""
+    from autograde.knowledge import KNOWLEDGE_DIR, labs_with_questions, load_lab
+    from autograde.knowledge.leaks import find_answer_leaks, given_text
+
+    rubrics = root / "autograde" / "knowledge"
+    rubrics = rubrics if rubrics.is_dir() else KNOWLEDGE_DIR
+    labs = [load_lab(lab, rubrics, root / "solutions") for lab in labs_with_questions(rubrics)]
+    return find_answer_leaks(folder, labs, given=given_text(root / "labs"))
 
 
 def kit_files(folder: Path) -> dict[str, str]:
@@ -659,6 +681,12 @@ When your work is graded, the same test cells run again with **hidden inputs** t
 that only fits the visible examples loses points. Warnings never cost points; each cell has a
 time limit (minutes), so an infinite loop costs only the cells that hang.
 
+Most chapters also ask a **written question**, answered in words in the cell under it (it says
+"YOUR ANSWER HERE"; write Markdown there). No test can judge it: **its points are graded by your
+TA** with a rubric after you hand in, and your feedback shows the criteria you met and the TA's
+comment once your instructor releases the marks. An answer left as released (or emptied) scores 0.
+Each chapter's first cell says how many of its points are graded by your TA.
+
 ## The `course` command
 
 `.venv/bin/course --help` lists what this kit has: {commands}.
@@ -709,7 +737,8 @@ check_notebook("{example_notebook}.ipynb")
 
 Passing the visible tests is necessary, not sufficient: grading also runs hidden tests. A test
 cell whose checks are all hidden shows as "graded later with hidden inputs", and the total says
-how many points only the hidden tests decide.
+how many points only the hidden tests decide. A written answer shows as **graded by your TA** (or
+**not attempted** while it is as released), and the total says "N points are graded by your TA".
 
 A chapter that runs an earlier chapter's answers reads them from that chapter's saved notebook,
 which must sit in the same folder. When it is not there (a copy of the notebook checked somewhere

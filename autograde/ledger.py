@@ -22,7 +22,14 @@ kind                  what it records                                        val
 ``extension``         this student's own due time for the lab                 data.due (ISO 8601, UTC)
 ``due``               the lab's due time for the class (lab ``*``: all labs)  data.due
 ``late_rule``         the late-penalty rule (lab ``*``: all labs)             data.rule (``due.LateRule``)
+``release``           the instructor released the lab's TA marks (lab ``*``:  (none: cleared=True
+                      all labs): feedback shows each written answer's marks   withdraws it)
 ====================  =====================================================  ==========================
+
+A TA's mark of a written answer (``course mark``) is a ``cell`` event whose data also holds the
+rubric: ``criteria`` ({criterion id: points}), ``adjustment``, ``comment`` (for the student, once
+released), ``rubric_hash`` and ``by: "course mark"``; ``who`` is the TA and ``why`` the reason for a
+change. Until a ``release`` event for the lab, nothing of it reaches a feedback page.
 
 Several people may write at once (two TAs grading, an instructor adjusting while ``course grade``
 runs): every write is one SQLite transaction taken with ``BEGIN IMMEDIATE``, so writers queue
@@ -53,7 +60,7 @@ __all__ = ["ANY", "KINDS", "LEDGER_FILE", "Event", "Ledger", "LedgerConflict", "
 
 LEDGER_FILE = "ledger.sqlite"
 SCHEMA_VERSION = 1
-KINDS = ("graded", "cell", "score", "penalty", "extension", "due", "late_rule")
+KINDS = ("graded", "cell", "score", "penalty", "extension", "due", "late_rule", "release")
 ALL_LABS = "*"
 WHY_CHARS = 2000          # a reason or a comment as the ledger keeps it
 DATA_CHARS = 64 * 1024    # an event's data (a graded event lists every cell's points)
@@ -65,9 +72,10 @@ class LedgerError(ValueError):
 
 
 class LedgerConflict(LedgerError):
-    """Someone wrote the same key since the writer looked (``based_on``); ``newer`` is their event."""
+    """Someone wrote the same key since the writer looked (``based_on``); ``newer`` is their event (None:
+    the writer named an event the key does not have)."""
 
-    def __init__(self, message: str, newer: "Event"):
+    def __init__(self, message: str, newer: "Event | None"):
         super().__init__(message)
         self.newer = newer
 
@@ -167,7 +175,7 @@ def _validate(kind: str, lab: str, student: str, notebook: str, cell: str, value
         _check_text(name, text)
     if kind in ("graded", "cell", "score", "penalty", "extension") and not student:
         raise LedgerError(f"a {kind} event needs a student")
-    if kind in ("due", "late_rule") and student:
+    if kind in ("due", "late_rule", "release") and student:
         raise LedgerError(f"a {kind} event is for the class (student ''); a student's own due time is an extension")
     if kind == "cell" and not (notebook and cell):
         raise LedgerError("a cell event needs a notebook and a cell (its grade_id)")
@@ -255,10 +263,12 @@ class Ledger:
                         if (latest.seq if latest else None) != based_on:
                             connection.execute("ROLLBACK")
                             seen = "nothing" if based_on is None else f"event {based_on}"
+                            now = "it has no event" if latest is None else \
+                                f"{latest.who} wrote event {latest.seq} at {latest.at}" \
+                                f"{': ' + latest.why if latest.why else ''}"
                             raise LedgerConflict(
                                 f"{'/'.join(part for part in key[1:] if part)} ({key[0]}): changed since you looked "
-                                f"(you saw {seen}; {latest.who} wrote event {latest.seq} at {latest.at}"
-                                f"{': ' + latest.why if latest.why else ''})", latest)
+                                f"(you saw {seen}; {now})", latest)
                     at = _now()
                     cursor = connection.execute(
                         "INSERT INTO events (at, who, kind, lab, student, notebook, cell, value, data, why, cleared) "
@@ -335,6 +345,10 @@ class LedgerState:
 
     def late_rule(self, lab: str) -> Event | None:
         return self._get("late_rule", lab) or self._get("late_rule", ALL_LABS)
+
+    def released(self, lab: str) -> Event | None:
+        """The ``release`` event in force for the TA marks of ``lab``, or None: not released."""
+        return self._get("release", lab) or self._get("release", ALL_LABS)
 
     def gradings(self, lab: str, student: str) -> list[Event]:
         """Every ``graded`` event of one student's lab, oldest first (the regrade history)."""

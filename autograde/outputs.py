@@ -8,11 +8,15 @@ half-written one:
 
 - ``grades.csv`` and ``report.json`` (``report``), every grade as ``final`` computes it;
 - the feedback pages: a box at the top of each page lists what the course staff changed (a cell's
-  points and their comment, the lab's score, a penalty, the late penalty), replaced on each rebuild;
+  points and their comment, the lab's score, a penalty, the late penalty), and one the written
+  answers (how many points a TA grades; once the lab's marks are released, each answer's criteria
+  met and the TA's comment), replaced on each rebuild;
 - ``gradebook.db``: nbgrader's gradebook with every lab (generate_assignment's cells and points) and
-  every student's autograded scores, the staff's cell scores as nbgrader's manual scores, the due
-  times and each hand-in's time and extension, next to ``autograded/<student>/<lab>/`` and an
-  ``nbgrader_config.py``, so ``OUT`` opens in formgrader for manual review.
+  every student's autograded scores, the staff's cell scores as nbgrader's manual scores (a TA's
+  mark of a written answer with its rubric lines as the cell's comment; an answered written cell
+  without a mark "needs manual grade"), the due times and each hand-in's time and extension, next to
+  ``autograded/<student>/<lab>/`` and an ``nbgrader_config.py``, so ``OUT`` opens in formgrader for
+  manual review.
 
 Scores changed in formgrader are not lost when the gradebook is built again: ``sync_formgrader``
 reads every manual score that differs from what this writer last wrote (``GRADEBOOK_BASELINE``) into
@@ -34,7 +38,7 @@ from autograde.final import FinalGrade, final_grades
 from autograde.layout import COURSE_ID, Workspace
 from autograde.ledger import Ledger, LedgerState
 from autograde.report import write_outputs
-from autograde.results import LabResult
+from autograde.results import AWAITING_TA, LabResult
 from autograde.store import ResultStore, StoredResult, atomic_write_bytes
 
 __all__ = ["CLASS_FILE", "ClassOutputs", "merge_gradebook", "rebuild_class_files", "sync_formgrader",
@@ -141,7 +145,7 @@ def _parse_utc(text: str | None):
 
 
 def merge_gradebook(out_dir: Path, solutions_dir: Path, stored: list[StoredResult],
-                    state: LedgerState | None = None) -> tuple[Path, list[str]]:
+                    state: LedgerState | None = None, questions_dir: Path | None = None) -> tuple[Path, list[str]]:
     """Build ``out_dir/gradebook.db`` from the result files and the ledger; returns it and notes on what did
     not fit. The staff's cell scores become nbgrader's manual scores; each lab's due time, each hand-in's
     time (the LMS's receipt when known, else the student's claim) and extension are set, so formgrader
@@ -156,6 +160,7 @@ def merge_gradebook(out_dir: Path, solutions_dir: Path, stored: list[StoredResul
     notes: list[str] = []
     written: dict[str, list] = {}
     labs = sorted({entry.result.lab for entry in stored})
+    questions = _questions(labs, solutions_dir, notes, questions_dir)
     with tempfile.TemporaryDirectory(prefix="course-gradebook-") as scratch:
         workspace = Workspace.create(Path(scratch))
         prepared = prepared_earlier(solutions_dir, labs[0]) if len(labs) == 1 and (solutions_dir / labs[0]).is_dir() \
@@ -196,9 +201,14 @@ def merge_gradebook(out_dir: Path, solutions_dir: Path, stored: list[StoredResul
                             notes.append(f"gradebook: {result.student}/{result.lab}: no cell {notebook.name}/"
                                          f"{cell.grade_id} in the lab's source any more; left out")
                             continue
-                        grade.auto_score = cell.points
-                        grade.needs_manual_grade = False
                         event = staff.get((notebook.name, cell.grade_id))
+                        if cell.written:   # formgrader lists an answered one as needing a manual grade
+                            grade.auto_score = None if cell.status == AWAITING_TA else 0.0
+                            grade.needs_manual_grade = cell.status == AWAITING_TA and event is None
+                            _set_comment(gradebook, result, notebook.name, cell.grade_id, event, questions)
+                        else:
+                            grade.auto_score = cell.points
+                            grade.needs_manual_grade = False
                         grade.manual_score = float(event.value) if event is not None else None
                         grade.extra_credit = float(event.data.get("extra_credit") or 0) if event is not None else None
                         written[f"{result.lab}/{result.student}/{notebook.name}/{cell.grade_id}"] = \
@@ -214,14 +224,49 @@ def merge_gradebook(out_dir: Path, solutions_dir: Path, stored: list[StoredResul
     return target, notes
 
 
+def _questions(labs: list[str], solutions_dir: Path | None, notes: list[str], questions_dir: Path | None = None) -> dict:
+    """{lab: its written questions (``knowledge.LabQuestions``: rubrics from ``questions_dir``, by default the
+    course's)}; a lab whose rubric file cannot be read is noted, and its marks are shown without their
+    criteria's words."""
+    from autograde.knowledge import KNOWLEDGE_DIR, RubricError, load_lab
+
+    found = {}
+    for lab in labs:
+        try:
+            found[lab] = load_lab(lab, Path(questions_dir or KNOWLEDGE_DIR), solutions=solutions_dir)
+        except RubricError as error:
+            notes.append(f"written questions of {lab}: {error}")
+    return found
+
+
+def _set_comment(gradebook, result, notebook: str, grade_id: str, event, questions: dict) -> None:
+    """nbgrader's comment on a written answer: the TA's rubric lines and comment (or none)."""
+    from nbgrader.api import MissingEntry
+
+    from autograde.marking.shown import mark_text
+
+    try:
+        comment = gradebook.find_comment(grade_id, notebook, result.lab, result.student)
+    except MissingEntry:
+        return
+    lab = questions.get(result.lab)
+    question = lab.by_cell(notebook, grade_id) if lab is not None else None
+    comment.manual_comment = mark_text(question, event) if event is not None else None
+
+
 # ---- the feedback pages -------------------------------------------------------------------------
 
 
-def apply_to_feedback(out_dir: Path, stored: StoredResult, final: FinalGrade) -> None:
-    """Put (or replace, or remove) the staff's box at the top of each feedback page of one result."""
-    from autograde.feedback import adjustments_box
+def apply_to_feedback(out_dir: Path, stored: StoredResult, final: FinalGrade, state: LedgerState | None = None,
+                      questions=None) -> None:
+    """Put (or replace, or remove) the staff's boxes at the top of each feedback page of one result: what the
+    staff changed, and the written answers' marks (once ``state`` says the lab's marks are released)."""
+    from autograde.feedback import adjustments_box, written_box
 
+    state = state or LedgerState()
     result = stored.result
+    released = state.released(result.lab) is not None
+    staff = state.cell_scores(result.lab, result.student)
     for notebook in result.notebooks:
         if not notebook.feedback:
             continue
@@ -234,7 +279,9 @@ def apply_to_feedback(out_dir: Path, stored: StoredResult, final: FinalGrade) ->
         if start != -1:
             end = page.find(ADJUSTMENTS_END, start)
             page = page[:start] + page[end + len(ADJUSTMENTS_END):] if end != -1 else page
-        box = adjustments_box(final, notebook.name)
+        marks = {cell: event for (name, cell), event in staff.items() if name == notebook.name}
+        box = adjustments_box(final, notebook.name, released=released) + \
+            written_box(notebook, marks if released else {}, released=released, questions=questions)
         if box:
             anchor = page.find("<div id='course-grader-verdict'")
             at = anchor if anchor != -1 else 0
@@ -248,12 +295,14 @@ def apply_to_feedback(out_dir: Path, stored: StoredResult, final: FinalGrade) ->
 
 def write_class_outputs(out_dir: Path, solutions_dir: Path | None, *, problems: list[str], device: str, timeout: int,
                         gradebook: bool = True, limits: dict | None = None, intake: dict | None = None,
-                        current_tests: dict[str, str] | None = None) -> ClassOutputs:
+                        current_tests: dict[str, str] | None = None, questions_dir: Path | None = None) -> ClassOutputs:
     """grades.csv, report.json, the feedback pages' boxes and (``gradebook``) gradebook.db, from every result
     file in ``out_dir`` and its ledger. ``intake``: ``Intake.as_dict`` of the run (the report's list of
     every SUBMISSIONS entry); ``current_tests``: {lab: the digest of its sources now} (flags results graded
-    on an older version of the tests)."""
+    on an older version of the tests); ``questions_dir``: the written questions' rubric files (default: the
+    ones recorded in OUT's class.json, else the course's)."""
     out_dir = Path(out_dir)
+    questions_dir = questions_dir or _class_record(out_dir).get("questions")
     ledger = Ledger(out_dir)
     notes = sync_formgrader(out_dir, ledger) if gradebook else []
     stored, unreadable = ResultStore(out_dir).all()
@@ -262,19 +311,20 @@ def write_class_outputs(out_dir: Path, solutions_dir: Path | None, *, problems: 
     grades_path, report_path = write_outputs(out_dir, stored, finals, [*problems, *unreadable], state=state,
                                              device=device, timeout=timeout, limits=limits, intake=intake,
                                              current_tests=current_tests)
+    questions = _questions(sorted({entry.result.lab for entry in stored}), solutions_dir, [], questions_dir)
     for entry, final in zip(stored, finals):
-        apply_to_feedback(out_dir, entry, final)
+        apply_to_feedback(out_dir, entry, final, state, questions.get(entry.result.lab))
     outputs = ClassOutputs(grades_path, report_path, None, [entry.result for entry in stored], finals, stored,
                            notes + list(unreadable))
     if gradebook and stored and solutions_dir is not None:
-        outputs.gradebook, gradebook_notes = merge_gradebook(out_dir, solutions_dir, stored, state)
+        outputs.gradebook, gradebook_notes = merge_gradebook(out_dir, solutions_dir, stored, state, questions_dir)
         outputs.notes += gradebook_notes
     atomic_write_bytes(out_dir / CLASS_FILE, json.dumps(
         {**_class_record(out_dir), "device": device, "timeout": timeout, "limits": limits,
          "solutions": str(solutions_dir) if solutions_dir else _class_record(out_dir).get("solutions"),
          "intake": intake if intake is not None else _class_record(out_dir).get("intake"),
          "current_tests": current_tests if current_tests is not None else _class_record(out_dir).get("current_tests"),
-         "problems": problems}, indent=1).encode())
+         "questions": str(questions_dir) if questions_dir else None, "problems": problems}, indent=1).encode())
     return outputs
 
 
@@ -285,12 +335,14 @@ def _class_record(out_dir: Path) -> dict:
         return {}
 
 
-def rebuild_class_files(out_dir: Path, *, gradebook: bool = False) -> ClassOutputs:
+def rebuild_class_files(out_dir: Path, *, gradebook: bool = False, questions_dir: Path | None = None,
+                        solutions_dir: Path | None = None) -> ClassOutputs:
     """The class files again, as the last ``course grade`` wrote them, with the ledger as it is now
-    (``course adjust``). The gradebook is rebuilt only with ``gradebook`` (it runs nbgrader)."""
+    (``course adjust``, ``course mark``). The gradebook is rebuilt only with ``gradebook`` (it runs nbgrader).
+    ``questions_dir``, ``solutions_dir``: where the written questions are, when not where class.json says."""
     record = _class_record(out_dir)
-    solutions = Path(record["solutions"]) if record.get("solutions") else None
+    solutions = solutions_dir or (Path(record["solutions"]) if record.get("solutions") else None)
     return write_class_outputs(out_dir, solutions, problems=list(record.get("problems") or []),
                                device=record.get("device") or "", timeout=int(record.get("timeout") or 0),
                                gradebook=gradebook, limits=record.get("limits"), intake=record.get("intake"),
-                               current_tests=record.get("current_tests"))
+                               current_tests=record.get("current_tests"), questions_dir=questions_dir)

@@ -28,13 +28,15 @@ from pathlib import Path
 
 from autograde.due import late_note
 from autograde.ledger import LedgerState
-from autograde.results import MISSING, PASSED, PROBLEM_BYTES, LabResult
+from autograde.results import MISSING, NOT_ATTEMPTED, PASSED, PROBLEM_BYTES, LabResult
 
 # nbgrader's CSV export columns, in its order; then ours: `skipped_points` (GPU-only checks skipped on a
-# CPU, left out of max_score), `penalty` (the staff's, apart from the late penalty) and `complete`
-# (no: grading failed, and score is left empty).
+# CPU, left out of max_score), `penalty` (the staff's, apart from the late penalty), `complete` (yes;
+# no: grading failed; awaiting TA: written answers are not all marked; score is left empty unless yes)
+# and `awaiting_ta` (the points of the written answers no TA has marked yet).
 CSV_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email",
-               "raw_score", "late_submission_penalty", "score", "max_score", "skipped_points", "penalty", "complete"]
+               "raw_score", "late_submission_penalty", "score", "max_score", "skipped_points", "penalty", "complete",
+               "awaiting_ta"]
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -64,7 +66,8 @@ def grades_csv(stored, finals) -> str:
             "raw_score": _number(final.raw_score), "late_submission_penalty": _number(final.late_penalty),
             "score": _number(final.score) if final.complete else "", "max_score": _number(final.max_score),
             "skipped_points": _number(result.skipped_points), "penalty": _number(final.penalty),
-            "complete": "yes" if final.complete else "no",
+            "complete": "yes" if final.complete else "awaiting TA" if final.autograded else "no",
+            "awaiting_ta": _number(final.awaiting_ta),
         })
     return buffer.getvalue()
 
@@ -172,8 +175,9 @@ def _entry(stored, final, state: LedgerState) -> dict:
     result = stored.result
     entry = result.as_dict()
     record = Path("instructor") / result.lab / f"{result.student}.json"
-    entry.update(auto_score=result.score, score=final.score if final.complete else None, max_score=final.max_score,
-                 percent=round(final.percent, 1), complete=stored.complete, final=final.as_dict(),
+    entry.update(auto_score=result.score, score=final.score if final.autograded else None, max_score=final.max_score,
+                 percent=round(final.percent, 1), complete=final.complete, autograded=stored.complete,
+                 awaiting_ta=final.awaiting_ta, awaiting=final.awaiting, final=final.as_dict(),
                  hand_in=final.hand_in, intake=stored.hand_in,
                  gradings=[{"at": event.at, "score": event.value, "max_score": event.data.get("max_score"),
                             "tests": event.data.get("tests"), "complete": event.data.get("complete")}
@@ -204,12 +208,12 @@ def score_table(stored, finals, *, current_tests: dict | None = None) -> str:
              f"{'-' * student_width}  {'-' * lab_width}  {'-' * 11}  {'-' * 5}  {'-' * 5}"]
     for entry, final in sorted(zip(stored, finals), key=lambda pair: (pair[0].result.lab, pair[0].result.student)):
         result = entry.result
-        notes = [_notes(result), late_note(final.hand_in), _adjusted(final)]
+        notes = [_notes(result), _written_note(result, final), late_note(final.hand_in), _adjusted(final)]
         if any(flag.startswith("conflict") for flag in (entry.hand_in or {}).get("flags", [])):
             notes.append("identity conflict (see its SUBMISSIONS line)")
         if (result.lab, result.student) in older:
             notes.append("graded on older tests")
-        score = f"{_number(final.score)}/{_number(final.max_score)}" if final.complete else \
+        score = f"{_number(final.score)}/{_number(final.max_score)}" if final.autograded else \
             f"-/{_number(final.max_score)}"
         percent = f"{final.percent:>4.0f}%" if final.complete else "    -"
         lines.append(f"{result.student:<{student_width}}  {result.lab:<{lab_width}}  {score:>11}  "
@@ -223,6 +227,36 @@ def _adjusted(final) -> str | None:
         return None
     words = {"cell": "cell score", "score": "score", "penalty": "penalty", "extension": "extension"}
     return "staff: " + ", ".join(f"{count} {words[kind]}s" if count > 1 else words[kind] for kind, count in kinds.items())
+
+
+def _written_note(result: LabResult, final) -> str | None:
+    """E.g. "3 points await a TA (1 written answer)", "1 written answer not attempted"."""
+    parts = []
+    if final.awaiting_ta:
+        count = len(final.awaiting)
+        parts.append(f"{_number(final.awaiting_ta)} points await a TA ({count} written answer{'s' if count > 1 else ''})")
+    blank = sum(cell.written and cell.status == NOT_ATTEMPTED for nb in result.notebooks for cell in nb.cells)
+    if blank:
+        parts.append(f"{blank} written answer{'s' if blank > 1 else ''} not attempted")
+    return ", ".join(parts) or None
+
+
+def awaiting_lines(finals, out_dir: Path | None = None) -> list[str]:
+    """Per lab, the written answers that await a TA, notebook by notebook (answers and points): what
+    ``course grade`` prints under its table, with the command that grades them."""
+    labs: dict[str, dict[str, list[float]]] = {}
+    for final in finals:
+        for key, points in final.awaiting.items():
+            notebook = labs.setdefault(final.lab, {}).setdefault(key.split("/", 1)[0], [0, 0.0])
+            notebook[0] += 1
+            notebook[1] += points
+    lines = []
+    for lab, notebooks in sorted(labs.items()):
+        parts = [f"{name} {count} answer{'s' if count > 1 else ''}, {_number(points)} points"
+                 for name, (count, points) in sorted(notebooks.items())]
+        lines.append(f"{lab}: written answers await a TA: {'; '.join(parts)}"
+                     + (f" (course mark {out_dir} --lab {lab})" if out_dir is not None else ""))
+    return lines
 
 
 def _notes(result: LabResult) -> str:
@@ -239,7 +273,7 @@ def _notes(result: LabResult) -> str:
         if notebook.status != "graded":
             counts[f"{notebook.name} {notebook.status}"] += 1
             continue
-        counts.update(cell.status for cell in notebook.cells if cell.status != PASSED)
+        counts.update(cell.status for cell in notebook.cells if cell.status != PASSED and not cell.written)
     counts.update(result.problems and ["see problems in report.json"])
     if not counts:
         return "all tests passed"
@@ -273,10 +307,13 @@ def one_line_summary(finals, *, max_entries: int = 8) -> str:
             median = percents[middle] if len(percents) % 2 else (percents[middle - 1] + percents[middle]) / 2
             full = sum(p >= 100 for p in percents)
             zero = sum(p == 0 for p in percents)
-            lines.append(f"{lab}: {len(percents)} graded, median {median:.0f}%, {full} with full marks, {zero} with zero")
+            pending = sum(bool(f.awaiting) for f in finals if f.lab == lab)
+            lines.append(f"{lab}: {len(percents)} graded, median {median:.0f}%, {full} with full marks, {zero} with zero"
+                         + (f", {pending} with written answers awaiting a TA" if pending else ""))
         return "\n".join(lines)
     entries = []
     for final in sorted(finals, key=lambda f: (f.lab, f.student)):
         name = f"{final.student}/{final.lab}" if multiple_labs else final.student
-        entries.append(f"{name} {final.percent:.0f}%")
+        pending = f" (+{_number(final.awaiting_ta)} awaiting a TA)" if final.awaiting_ta else ""
+        entries.append(f"{name} {final.percent:.0f}%{pending}")
     return " · ".join(entries)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from course_lib.handin.notebooks import grade_cells, nbgrader_meta, needs_gpu  # needs_gpu: shared with course check
+from course_lib.handin.notebooks import (grade_cells, is_written_answer, nbgrader_meta,  # shared with course check
+                                         needs_gpu)
 
 PASSED = "passed"
 FAILED = "failed"          # a check said the answer is wrong
@@ -15,6 +16,12 @@ NOT_RUN = "not run"
 NEEDS_GPU = "skipped: needs a GPU"
 MISSING = "missing"        # the notebook was not submitted, or could not be read
 PARTIAL = "partial"
+# A written answer (a Markdown cell a TA grades with a rubric, ``course mark``) is never decided by the
+# autograder: it awaits a TA, or it is blank (as released, or emptied) and scores 0 with no TA work.
+AWAITING_TA = "awaiting a TA"
+NOT_ATTEMPTED = "not attempted"
+AWAITING_TA_REASON = "a written answer: graded by a TA with the question's rubric"
+BLANK_REASON = "not attempted: the written answer is as released (YOUR ANSWER HERE) or empty"
 
 FAILED_CHECK_NAMES = {"CheckFailed", "AssertionError"}
 # The error names ``classify_cell`` reads as the grader's verdicts. The grader writes them itself; an
@@ -46,6 +53,7 @@ class CellResult:
     max_points: float
     status: str
     reason: str | None = None
+    written: bool = False    # a written answer (graded by a TA), not a test cell
 
 
 @dataclass
@@ -70,6 +78,11 @@ class NotebookResult:
     def skipped_points(self) -> float:
         return sum(cell.max_points for cell in self.cells if cell.status == NEEDS_GPU)
 
+    @property
+    def awaiting_ta(self) -> float:
+        """Points of written answers that a TA has yet to grade (the autograder gives them 0 meanwhile)."""
+        return sum(cell.max_points for cell in self.cells if cell.status == AWAITING_TA)
+
 
 @dataclass
 class LabResult:
@@ -92,6 +105,10 @@ class LabResult:
         return sum(nb.skipped_points for nb in self.notebooks)
 
     @property
+    def awaiting_ta(self) -> float:
+        return sum(nb.awaiting_ta for nb in self.notebooks)
+
+    @property
     def percent(self) -> float:
         return 100.0 * self.score / self.max_score if self.max_score else 0.0
 
@@ -100,7 +117,7 @@ class LabResult:
         lost = []
         for notebook in self.notebooks:
             for cell in notebook.cells:
-                if cell.points < cell.max_points and cell.status != NEEDS_GPU:
+                if cell.points < cell.max_points and cell.status not in (NEEDS_GPU, AWAITING_TA):
                     lost.append({
                         "notebook": notebook.name, "cell": cell.grade_id,
                         "points_lost": round(cell.max_points - cell.points, 4),
@@ -111,12 +128,13 @@ class LabResult:
     def as_dict(self) -> dict:
         return {
             "student": self.student, "lab": self.lab, "score": self.score, "max_score": self.max_score,
-            "skipped_points": self.skipped_points, "percent": round(self.percent, 1),
+            "skipped_points": self.skipped_points, "awaiting_ta": self.awaiting_ta,
+            "percent": round(self.percent, 1),
             "timestamp": self.timestamp or None, "problems": bounded_problems(self.problems),
             "lost_points": self.lost_points(),
             "notebooks": [
                 {**{k: v for k, v in asdict(nb).items() if k != "cells"}, "score": nb.score,
-                 "max_score": nb.max_score, "cells": [asdict(cell) for cell in nb.cells]}
+                 "max_score": nb.max_score, "awaiting_ta": nb.awaiting_ta, "cells": [asdict(cell) for cell in nb.cells]}
                 for nb in self.notebooks
             ],
         }
@@ -129,7 +147,8 @@ class LabResult:
             NotebookResult(name=nb["name"], status=nb["status"], message=_clipped(nb.get("message")),
                            feedback=nb.get("feedback"), handed_in_as=_clipped(nb.get("handed_in_as"), 200),
                            cells=[CellResult(c["grade_id"], float(c["points"]), float(c["max_points"]), c["status"],
-                                             _clipped(c.get("reason"))) for c in nb.get("cells", [])])
+                                             _clipped(c.get("reason")), bool(c.get("written", False)))
+                                  for c in nb.get("cells", [])])
             for nb in data.get("notebooks", [])
         ]
         return cls(student=data["student"], lab=data["lab"], notebooks=notebooks,
@@ -182,6 +201,21 @@ def classify_cell(cell, points: float, max_points: float, timeout: int) -> CellR
     return CellResult(grade_id, points, max_points, PARTIAL, f"partial credit: {points:g} of {max_points:g}")
 
 
+def written_cell(grade_id: str, max_points: float, submitted_cell) -> CellResult:
+    """A written answer as the autograder leaves it: awaiting a TA, blank (0, no TA work) or missing
+    (the student deleted the cell: 0). ``submitted_cell``: the cell of the graded notebook, or None."""
+    from course_lib.handin.notebooks import is_blank_answer
+
+    if submitted_cell is None:
+        return CellResult(grade_id, 0.0, max_points, MISSING, "the written answer cell is not in the notebook handed in",
+                          written=True)
+    source = submitted_cell.get("source", "")
+    text = "".join(source) if isinstance(source, list) else str(source)
+    if is_blank_answer(text):
+        return CellResult(grade_id, 0.0, max_points, NOT_ATTEMPTED, BLANK_REASON, written=True)
+    return CellResult(grade_id, 0.0, max_points, AWAITING_TA, AWAITING_TA_REASON, written=True)
+
+
 def missing_notebook(name: str, source_notebook, status: str, message: str) -> NotebookResult:
     """A notebook that could not be graded: every test cell scores zero for the same reason."""
     from autograde.layout import gpu_available
@@ -193,5 +227,6 @@ def missing_notebook(name: str, source_notebook, status: str, message: str) -> N
         if skip_gpu_cells and needs_gpu(cell):
             cells.append(CellResult(grade_id, 0.0, max_points, NEEDS_GPU, "skipped: needs a GPU"))
         else:
-            cells.append(CellResult(grade_id, 0.0, max_points, MISSING, _clipped(message)))
+            cells.append(CellResult(grade_id, 0.0, max_points, MISSING, _clipped(message),
+                                    written=is_written_answer(cell)))
     return NotebookResult(name=name, status=status, message=_clipped(message), cells=cells)

@@ -22,7 +22,7 @@ from course_lib.exercises import exercise
 if TYPE_CHECKING:
     from course_lib.model_config import ModelConfig
 
-__all__ = ["KVCache", "kv_cache_bytes", "kv_cache_bytes_per_token", "tokens_through_model"]
+__all__ = ["KVCache", "kv_cache_bytes", "kv_cache_bytes_mha", "kv_cache_bytes_per_token", "tokens_through_model"]
 
 
 @exercise("lab01-text-to-tensors", "03_kv_cache", "kv_cache_bytes_per_token")
@@ -50,6 +50,22 @@ def kv_cache_bytes(config: ModelConfig, seq_len: int, batch_size: int = 1, dtype
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValueError(f"{name} must be an int >= 0, got {value!r}")
     return kv_cache_bytes_per_token(config, dtype) * seq_len * batch_size
+
+
+@exercise("lab02-prefill-vs-decode", "03_decode", "kv_cache_bytes_mha")
+def kv_cache_bytes_mha(num_layers: int, hidden_size: int, num_tokens: int, bytes_per_element: float) -> int | float:
+    """Bytes of the KV cache of ``num_tokens`` tokens for a model with full multi-head attention.
+
+    Without grouped-query attention there are as many KV heads as query heads, so every layer keeps,
+    per token, one key and one value of ``hidden_size`` numbers: 2 x num_layers x hidden_size x
+    num_tokens x bytes_per_element. A 32-layer model 5,120 wide in fp16 (2 bytes): 640 KiB a token,
+    2.5 GiB for 4,096 tokens. ``bytes_per_element`` may be a fraction (0.5 for int4); the result is an
+    int when it is whole. A negative ``num_tokens`` raises ValueError.
+    """
+    if num_tokens < 0:
+        raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
+    total = 2 * num_layers * hidden_size * num_tokens * bytes_per_element
+    return int(total) if float(total).is_integer() else total
 
 
 @exercise("lab01-text-to-tensors", "03_kv_cache", "tokens_through_model")

@@ -21,7 +21,32 @@ LAB = "lab00-fixture"
 HIDDEN_MARKER = "HIDDEN_INPUT_7741"
 
 
-def fixture_notebooks() -> dict[str, object]:
+WRITTEN_QUESTION = ("written_why_square", 2, "Why is `square(-3)` positive?",
+                    "A product of two numbers of the same sign is positive: -3 times -3 is 9.")
+WRITTEN_RUBRIC = """
+lab = "lab00-fixture"
+
+[[question]]
+grade_id = "written_why_square"
+notebook = "ch2"
+notes = "Accept any correct reason about signs."
+
+[[question.criteria]]
+id = "same_sign"
+points = 1
+text = "Says that a product of two numbers of the same sign is positive."
+
+[[question.criteria]]
+id = "example"
+points = 1
+text = "Works the example: -3 times -3 is 9."
+partial = [ { points = 0.5, when = "gives 9 without the product" } ]
+"""
+
+
+def fixture_notebooks(*, written: bool = False) -> dict[str, object]:
+    """The fixture lab's chapters; ``written``: ch2 also asks a written question (``WRITTEN_QUESTION``,
+    its rubric ``WRITTEN_RUBRIC``), graded by a TA."""
     ch1 = a.notebook([
         a.markdown("# Fixture chapter 1"),
         a.answer("add_one", '''
@@ -72,13 +97,15 @@ def fixture_notebooks() -> dict[str, object]:
             assert square(3) == 9, "square(3) should be 9"
         '''),
     ])
+    if written:
+        ch2.cells += a.written_question(*WRITTEN_QUESTION)
     return {"ch1": ch1, "ch2": ch2}
 
 
-def write_fixture_lab(solutions_dir: Path) -> Path:
+def write_fixture_lab(solutions_dir: Path, *, written: bool = False) -> Path:
     lab_dir = solutions_dir / LAB
     lab_dir.mkdir(parents=True, exist_ok=True)
-    for name, notebook in fixture_notebooks().items():
+    for name, notebook in fixture_notebooks(written=written).items():
         nbformat.write(notebook, lab_dir / f"{name}.ipynb")
     return lab_dir
 

@@ -184,6 +184,26 @@ def test_sync_copies_labs_with_titles_and_index_pages(tmp_path):
     assert len(original.cells) == 1, "the release itself is never modified"
 
 
+def test_a_lab_page_lists_its_written_questions_as_released_without_their_model_answers(tmp_path):
+    from autograde.knowledge import load_lab
+    from autograde.knowledge.leaks import find_answer_leaks, given_text
+
+    book_dir = tmp_path / "book"
+    book_dir.mkdir()
+    shutil.copy(BOOK_DIR / "_labs.yml", book_dir / "_labs.yml")
+    labs = [lab for lab in book_command.discover_labs(REPO_ROOT / "labs") if lab.lab_id == "lab02-prefill-vs-decode"]
+    book_command.sync_labs(labs, book_dir)
+    page = (book_dir / "labs" / "lab02-prefill-vs-decode" / "index.md").read_text()
+    questions = load_lab("lab02-prefill-vs-decode")
+    assert "## Written questions" in page and "{doc}`/instructor-guide`" in page
+    assert page.count(" points)\n") == len(questions.questions)
+    assert "**Lab 0.2 · Chapter 3 — Decode: one token at a time** (5 points)" in page
+    for question in questions.questions:
+        assert question.prompt.splitlines()[0] in page
+    assert find_answer_leaks(book_dir / "labs" / "lab02-prefill-vs-decode" / "index.md", [questions],
+                             given=given_text(REPO_ROOT / "solutions")) == []
+
+
 def test_toc_gets_labs_only_when_there_are_some(tmp_path):
     toc_path = tmp_path / "toc.yml"
     book_command.write_toc(BOOK_DIR, [], toc_path)

@@ -14,6 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autograde.authoring import points_summary
 from course_lib.checks import CheckFailed
 from course_lib.checks import memory as checks
 from tests.notebook_answers import answer_sources
@@ -219,9 +220,10 @@ def test_demo_specs_name_real_answer_cells(name):
 
 def test_header_announces_the_points():
     notebook = nbformat.read(SOLUTION, as_version=4)
-    cells = [cell for cell in notebook.cells if cell.metadata.get("nbgrader", {}).get("grade")]
+    cells = [cell for cell in notebook.cells if cell.metadata.get("nbgrader", {}).get("grade") and cell.cell_type == "code"]
     points = sum(cell.metadata["nbgrader"]["points"] for cell in cells)
-    assert f"**{points:g} points** in {len(cells)} graded test cells" in notebook.cells[0].source
+    assert points_summary(notebook) in notebook.cells[0].source   # its written answer's points too
+    assert f"{points:g} in {len(cells)} graded test cells" in notebook.cells[0].source
 
 
 def test_training_memory_must_refuse_inference_precisions(reference):

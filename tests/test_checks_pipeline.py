@@ -19,6 +19,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from autograde.authoring import points_summary
 from course_lib.checks import CheckFailed
 from course_lib.checks import pipeline as checks
 from course_lib.paged import OutOfBlocksError
@@ -384,11 +385,13 @@ def test_chapter_5_imports_chapter_4s_allocator_instead_of_a_pasted_copy():
 
 def test_header_announces_the_points_and_cells():
     notebook = nbformat.read(SOLUTION, as_version=4)
-    graded = [cell.metadata["nbgrader"] for cell in notebook.cells if cell.metadata.get("nbgrader", {}).get("grade")]
+    graded = [cell.metadata["nbgrader"] for cell in notebook.cells if cell.metadata.get("nbgrader", {}).get("grade") and cell.cell_type == "code"]
     points = sum(meta["points"] for meta in graded)
-    assert f"**{points:g} points** in {len(graded)} graded test cells" in notebook.cells[0].source
+    assert points_summary(notebook) in notebook.cells[0].source   # its written answer's points too
+    assert f"{points:g} in {len(graded)} graded test cells" in notebook.cells[0].source
     readme = (ROOT / "README.md").read_text()
-    assert re.search(rf"\| 5 The pipeline: [^|]+\| \d+ min \| {points:g} \|", readme), "README's chapter table"
+    assert re.search(rf"\| 5 The pipeline: [^|]+\| \d+ min \| {points:g} \+ 4 by your TA \|", readme), \
+        "README's chapter table"
 
 
 def _chapter5_demo_specs() -> dict[str, dict]:

@@ -263,7 +263,7 @@ def test_lab04_headers_count_the_graded_test_cells(path):
     from course_lib.handin.notebooks import nbgrader_meta
 
     notebook = nbformat.read(path, as_version=4)
-    graded = [cell for cell in notebook.cells if nbgrader_meta(cell).get("grade")]
+    graded = [cell for cell in notebook.cells if nbgrader_meta(cell).get("grade") and cell.cell_type == "code"]
     announced = re.search(r"in (\d+) graded test cells", notebook.cells[0].source)
     assert announced and int(announced.group(1)) == len(graded), \
         f"{path.name}: the header announces {announced and announced.group(1)} graded test cells, there are {len(graded)}"

@@ -14,6 +14,7 @@ import nbformat
 import pytest
 import torch
 
+from autograde.authoring import points_summary
 from course_lib.checks import CheckFailed
 from course_lib.checks import tokenization as checks
 from course_lib.tokenizer import pretokenize
@@ -226,9 +227,10 @@ def test_smollm2_embedding_matches_the_gguf_file():
 
 def test_solution_header_announces_the_total_points():
     notebook = nbformat.read(SOLUTION, as_version=4)
-    graded = [cell.metadata["nbgrader"] for cell in notebook.cells if cell.metadata.get("nbgrader", {}).get("grade")]
+    graded = [cell.metadata["nbgrader"] for cell in notebook.cells if cell.metadata.get("nbgrader", {}).get("grade") and cell.cell_type == "code"]
     total = sum(meta["points"] for meta in graded)
-    assert f"**{total:g} points** in {len(graded)} graded test cells" in notebook.cells[0].source
+    assert points_summary(notebook) in notebook.cells[0].source   # its written answer's points too
+    assert f"{total:g} in {len(graded)} graded test cells" in notebook.cells[0].source
 
 
 # ---------------------------------------------------------------------------------------------

@@ -105,7 +105,7 @@ def test_every_lab_has_an_attack_student():
 
 
 def graded_max_scores(lab: str) -> dict[str, float]:
-    """Each notebook's max_score on a CPU: its test cells' points, GPU-only cells left out."""
+    """Each notebook's max_score on a CPU: its test cells' and written answers' points, GPU-only cells left out."""
     maxima = {}
     for path in sorted((ROOT / "solutions" / lab).glob("*.ipynb")):
         cells = grade_cells(nbformat.read(path, as_version=4))
@@ -157,10 +157,11 @@ def test_attack_students_score_as_their_specs_say(lab, attacks_graded):
             graded = by_notebook[notebook]
             assert graded["max_score"] == maxima[notebook], \
                 f"{student.name}/{notebook}: max_score {graded['max_score']}, the notebook is worth {maxima[notebook]}"
-            assert 0 <= expected <= maxima[notebook]
-            assert graded["score"] == expected, (
-                f"{student.name}/{notebook}: expected {expected}, got {graded['score']}; "
+            assert 0 <= expected.auto <= maxima[notebook]
+            assert graded["score"] == expected.auto, (
+                f"{student.name}/{notebook}: expected {expected.auto}, got {graded['score']}; "
                 f"lost: {entry['lost_points']}")
+            assert graded["awaiting_ta"] == expected.awaiting_ta, f"{student.name}/{notebook}: points awaiting a TA"
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -1,15 +1,21 @@
 """`course mark` in a real browser (Playwright, the system Chromium): a TA grades two questions for
-three students with the keyboard only, while a second TA is kept off the answer the first one holds.
+three students with the keyboard only, while a second TA is kept off the answer the first one holds;
+then `course export` and the feedback pages, once the instructor releases the marks, show them.
 
-The class is synthetic (tests/marking_fixture.py): graded notebooks written by the test, no grading
-run. `course mark` runs as a TA starts it, on a free loopback port; the test reads the address it
-prints. Along the way: an answer that pastes a script and an image tag shows as text and runs
-nothing, the page makes no request outside the server, and the console stays free of errors.
+The class is synthetic (tests/marking_fixture.py): graded notebooks, result files and feedback pages
+written by the test, no grading run. `course mark` runs as a TA starts it, on a free loopback port;
+the test reads the address it prints. Along the way: an answer that pastes a script and an image tag
+shows as text and runs nothing, the page makes no request outside the server, and the console stays
+free of errors. Before the marks, the export leaves the answered students' lab empty (written answers
+await a TA); after them it carries the TA's points; `course mark --release` puts the criteria met and
+the comments into the feedback pages, which a browser shows as text.
 Skipped, with the reason, where Playwright or Chromium is missing.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import re
 import shutil
@@ -21,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from autograde.marking.store import SqliteMarks
-from tests.marking_fixture import LAB, write_class, write_questions
+from autograde.marking.ledger_marks import LedgerMarks
+from tests.marking_fixture import LAB, NOTEBOOK, write_class, write_questions, write_results
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,17 +56,21 @@ def marking(tmp_path_factory):
     """`course mark` on a class of four (three answered both questions, one left both blank)."""
     folder = tmp_path_factory.mktemp("marking")
     questions = write_questions(folder / "questions").parent
-    out = write_class(folder / "out", {
+    answers = {
         "alice": {"written_cache": "The keys and values of old tokens never change, so the engine keeps them; "
                                    "without them every step recomputes the whole prefix.",
                   "written_batching": "Every weight read serves all sequences, and decode is memory-bound."},
         "bruno": {"written_cache": HOSTILE, "written_batching": "It is faster."},
         "chen": {"written_cache": "To save time.", "written_batching": "The weights are read once for the batch."},
         "dana": {},
-    })
+    }
+    out = write_class(folder / "out", answers)
+    write_results(out, answers, questions / "solutions")
+    before = _export(out)
+    assert before == {"alice": "", "bruno": "", "chen": "", "dana": "1"}, "written answers await a TA: no grade yet"
     process = subprocess.Popen(
         [sys.executable, "-m", "autograde.cli", "mark", str(out), "--lab", LAB, "--questions", str(questions),
-         "--grader", "Ann", "--lease", "120"],
+         "--solutions", str(questions / "solutions"), "--grader", "Ann", "--lease", "120"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     url, lines, deadline = None, [], time.monotonic() + 60
     while url is None and time.monotonic() < deadline:
@@ -73,7 +83,7 @@ def marking(tmp_path_factory):
     try:
         assert url, "course mark printed no address:\n" + "".join(lines)
         assert "6 answers await a mark" in "".join(lines)
-        yield url, out
+        yield url, out, questions
     finally:
         os.killpg(process.pid, signal.SIGINT)
         try:
@@ -83,6 +93,19 @@ def marking(tmp_path_factory):
             tail = process.communicate(timeout=10)[0]
         assert process.returncode == 0, tail
         assert "marks kept" in tail
+
+
+def _course(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autograde.cli", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
+def _export(out: Path) -> dict[str, str]:
+    """The Canvas file's cell of each student (its SIS Login ID: the student id)."""
+    target = out.parent / "canvas.csv"
+    run = _course("export", out, "--format", "canvas", "--out", target)
+    assert run.returncode == 0, run.stderr
+    return {row[3]: row[5] for row in list(csv.reader(io.StringIO(target.read_text())))[2:]}
 
 
 @pytest.fixture(scope="module")
@@ -116,8 +139,9 @@ def _saved(page, label: str):
     expect(page.locator("#status")).to_have_text(re.compile(rf"^Saved [0-9.]+ / [0-9.]+ for {re.escape(label)}\."))
 
 
-def test_a_ta_grades_two_questions_for_three_students_with_the_keyboard(marking, browser):
-    url, out = marking
+def test_a_ta_grades_two_questions_for_three_students_then_the_export_and_the_released_feedback_show_it(
+        marking, browser):
+    url, out, questions = marking
     base = url.split("/#")[0]
     problems: list[str] = []
     ann_context = browser.new_context(viewport={"width": 1300, "height": 900})
@@ -202,11 +226,9 @@ def test_a_ta_grades_two_questions_for_three_students_with_the_keyboard(marking,
     expect(ann.locator("#help")).to_be_visible()
     ann.keyboard.press("Escape")
     expect(ann.locator("#help")).to_be_hidden()
-    ann_context.close()
 
     assert not problems, "\n".join(problems)
-    marks = {(m.grade_id, m.student): (m.points, m.grader, m.comment)
-             for m in SqliteMarks(out / "marking" / "marks.sqlite").get_marks(LAB)}
+    marks = {(m.grade_id, m.student): (m.points, m.grader, m.comment) for m in LedgerMarks(out).get_marks(LAB)}
     assert marks == {
         ("written_cache", "alice"): (3.0, "Ann", ""),
         ("written_cache", "bruno"): (1.0, "Ann", "Only markup, no reason: see the model answer."),
@@ -215,3 +237,21 @@ def test_a_ta_grades_two_questions_for_three_students_with_the_keyboard(marking,
         ("written_batching", "bruno"): (0.0, "Ann", "Faster how? Say which reads the batch shares."),
         ("written_batching", "chen"): (1.0, "Ann", ""),
     }
+
+    # The export carries the TA's points at once (a test cell's 1 point + the two marks); dana's blank answers: 0.
+    assert _export(out) == {"alice": "6", "bruno": "2", "chen": "3", "dana": "1"}
+
+    # Released, the feedback pages show the criteria met and the TA's comments, as text.
+    released = _course("mark", out, "--lab", LAB, "--questions", questions, "--solutions", questions / "solutions",
+                       "--release")
+    assert released.returncode == 0 and "rebuilt" in released.stdout, released.stdout + released.stderr
+    page = ann_context.new_page()
+    page.goto((out / "feedback" / "bruno" / LAB / f"{NOTEBOOK}.html").as_uri())
+    box = page.locator("#course-written-answers")
+    expect(box).to_contain_text("Only markup, no reason: see the model answer.")
+    expect(box).to_contain_text("Faster how? Say which reads the batch shares.")
+    expect(box).to_contain_text("1 / 2Earlier keys and values never change, so they can be kept.")
+    expect(box).to_contain_text("partly: says 'to save time' without what is kept")
+    expect(box).to_contain_text("1 / 3 points")
+    assert page.evaluate("() => window.pwned") is None
+    ann_context.close()

@@ -1,6 +1,7 @@
-"""The marks of `course mark` (autograde.marking.store and the rules of autograde.marking.service):
-versions that refuse a stale save, claims that keep two TAs off one answer, and a property test in
-which two TAs interleave at random and no mark is ever lost or graded twice."""
+"""The marks of `course mark`, kept in the ledger (autograde.marking.ledger_marks), its claims
+(autograde.marking.store) and the rules of autograde.marking.service: versions that refuse a stale
+save, claims that keep two TAs off one answer, and a property test in which two TAs interleave at
+random and no mark is ever lost or graded twice."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from autograde.knowledge import load_questions_file
+from autograde.ledger import Ledger
+from autograde.marking.ledger_marks import LedgerMarks
 from autograde.marking.service import MarkingApp, MarkingError
-from autograde.marking.store import ClaimConflict, MarkConflict, SqliteMarks
-from tests.marking_fixture import LAB, write_class, write_questions
+from autograde.marking.store import ClaimConflict, MarkConflict, SqliteClaims
+from tests.marking_fixture import LAB, fixture_questions, write_class
 
 LEASE = 300.0
 
@@ -36,35 +38,52 @@ def _save(store, student="s1", *, version, points=1.0, grader="ann", comment="")
 
 # ------------------------------------------------------------------------------------- the store
 
-def test_versions_count_up_and_history_keeps_every_one(tmp_path):
-    clock = FakeClock()
-    store = SqliteMarks(tmp_path / "marks.sqlite", clock=clock)
+def test_a_mark_is_a_cell_event_of_the_ledger_and_history_keeps_every_version(tmp_path):
+    store = LedgerMarks(tmp_path)
     first = _save(store, version=0, points=1.0, comment="first")
-    clock.now += 60
-    second = _save(store, version=1, points=2.0, grader="bob", comment="second")
-    assert (first.version, second.version, second.saved_at - first.saved_at) == (1, 2, 60)
-    assert [(m.version, m.points, m.grader, m.comment) for m in store.history(LAB, "s1", "01_questions", "written_cache")] \
-        == [(1, 1.0, "ann", "first"), (2, 2.0, "bob", "second")]
+    second = _save(store, version=first.version, points=2.0, grader="bob", comment="second")
+    assert 0 < first.version < second.version
+    assert [(m.points, m.grader, m.comment) for m in store.history(LAB, "s1", "01_questions", "written_cache")] \
+        == [(1.0, "ann", "first"), (2.0, "bob", "second")]
     assert store.get_mark(LAB, "s1", "01_questions", "written_cache") == second
     assert store.get_marks(LAB) == [second]
     assert store.get_mark(LAB, "s2", "01_questions", "written_cache") is None
+    (event,) = [e for e in Ledger(tmp_path).events(kind="cell") if e.seq == second.version]
+    assert (event.lab, event.student, event.notebook, event.cell, event.value, event.who) == \
+        (LAB, "s1", "01_questions", "written_cache", 2.0, "bob")
+    assert event.data["criteria"] == {"reuse": 2.0} and event.data["comment"] == "second"
+    assert event.data["by"] == "course mark"
 
 
 def test_a_save_over_a_version_it_did_not_see_is_refused_with_the_current_mark(tmp_path):
-    store = SqliteMarks(tmp_path / "marks.sqlite")
+    store = LedgerMarks(tmp_path)
     _save(store, version=0, points=2.0, grader="bob")
     with pytest.raises(MarkConflict) as conflict:
         _save(store, version=0, points=1.0, grader="ann")       # ann opened the answer before bob saved
     assert conflict.value.current.grader == "bob" and conflict.value.current.points == 2.0
-    assert "bob saved a mark for this answer" in str(conflict.value) and "version 1" in str(conflict.value)
+    assert "bob saved a mark for this answer" in str(conflict.value)
     with pytest.raises(MarkConflict, match="no mark any more"):
         _save(store, "s9", version=3)
     assert [m.grader for m in store.history(LAB, "s1", "01_questions", "written_cache")] == ["bob"]
 
 
-def test_marks_survive_a_new_store_on_the_same_file(tmp_path):
-    _save(SqliteMarks(tmp_path / "marks.sqlite"), version=0, points=2.0)
-    assert SqliteMarks(tmp_path / "marks.sqlite").get_mark(LAB, "s1", "01_questions", "written_cache").points == 2.0
+def test_a_score_written_by_someone_else_is_a_conflict_too_and_a_cleared_one_is_no_mark(tmp_path):
+    """formgrader or `course adjust --cell` write the same key: a TA who saw the older mark is refused."""
+    store, ledger = LedgerMarks(tmp_path), Ledger(tmp_path)
+    mark = _save(store, version=0, points=2.0)
+    ledger.record("cell", lab=LAB, student="s1", notebook="01_questions", cell="written_cache", value=3.0,
+                  who="formgrader", why="manual score given in formgrader")
+    with pytest.raises(MarkConflict, match="formgrader saved a mark"):
+        _save(store, version=mark.version, points=1.0)
+    ledger.record("cell", lab=LAB, student="s1", notebook="01_questions", cell="written_cache", cleared=True,
+                  who="formgrader", why="manual score removed in formgrader")
+    assert store.get_mark(LAB, "s1", "01_questions", "written_cache") is None
+    assert _save(store, version=0, points=1.0).points == 1.0      # "no mark" seen: saved over the cleared event
+
+
+def test_marks_survive_a_new_store_on_the_same_folder(tmp_path):
+    _save(LedgerMarks(tmp_path), version=0, points=2.0)
+    assert LedgerMarks(tmp_path).get_mark(LAB, "s1", "01_questions", "written_cache").points == 2.0
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -79,12 +98,13 @@ def test_a_malformed_mark_is_refused(tmp_path, bad, message):
     arguments = dict(points=1.0, criteria={"reuse": 1.0}, comment="", grader="ann", expected_version=0, **{})
     arguments.update(bad)
     with pytest.raises(ValueError, match=message):
-        SqliteMarks(tmp_path / "marks.sqlite").save_mark(LAB, "s1", "01_questions", "written_cache", **arguments)
+        LedgerMarks(tmp_path).save_mark(LAB, "s1", "01_questions", "written_cache", **arguments)
+    assert Ledger(tmp_path).events() == []
 
 
 def test_a_claim_keeps_other_tas_off_until_released_or_expired(tmp_path):
     clock = FakeClock()
-    board = SqliteMarks(tmp_path / "marks.sqlite", clock=clock)
+    board = SqliteClaims(tmp_path / "claims.sqlite", clock=clock)
     claim = board.claim(LAB, "s1", "01_questions", "written_cache", "ann", 60)
     assert claim.expires_at == clock.now + 60
     with pytest.raises(ClaimConflict, match="ann is grading this answer") as conflict:
@@ -102,14 +122,14 @@ def test_a_claim_keeps_other_tas_off_until_released_or_expired(tmp_path):
 
 
 def test_two_tas_saving_at_once_from_two_connections_lose_nothing(tmp_path):
-    """Real threads, each with its own store on the same file: read, save, and on a conflict read
+    """Real threads, each with its own store on the same ledger: read, save, and on a conflict read
     again, like the page does. Every save lands as exactly one version, in one unbroken chain."""
     saves_each = 25
     done = {"ann": 0, "bob": 0}
     errors = []
 
     def grade(grader: str):
-        store = SqliteMarks(tmp_path / "marks.sqlite")
+        store = LedgerMarks(tmp_path)
         while done[grader] < saves_each:
             current = store.get_mark(LAB, "s1", "01_questions", "written_cache")
             try:
@@ -121,15 +141,15 @@ def test_two_tas_saving_at_once_from_two_connections_lose_nothing(tmp_path):
                 errors.append(error)
                 return
 
-    SqliteMarks(tmp_path / "marks.sqlite")
     threads = [threading.Thread(target=grade, args=(name,)) for name in done]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(120)
     assert not errors
-    history = SqliteMarks(tmp_path / "marks.sqlite").history(LAB, "s1", "01_questions", "written_cache")
-    assert [mark.version for mark in history] == list(range(1, 2 * saves_each + 1))
+    history = LedgerMarks(tmp_path).history(LAB, "s1", "01_questions", "written_cache")
+    assert len(history) == 2 * saves_each
+    assert [mark.version for mark in history] == sorted({mark.version for mark in history})
     assert sorted(mark.comment for mark in history) == sorted(f"{g} {i}" for g in done for i in range(saves_each))
 
 
@@ -149,15 +169,17 @@ class TwoTAs(RuleBasedStateMachine):
     @initialize()
     def set_up(self):
         self.folder = Path(tempfile.mkdtemp(prefix="two-tas-"))
-        questions = load_questions_file(write_questions(self.folder / "questions"))
+        questions = fixture_questions(self.folder / "questions")
         write_class(self.folder / "out", {student: {"written_cache": "An answer.", "written_batching": "Another."}
                                           for student in STUDENTS})
         self.clock = FakeClock()
-        store = SqliteMarks(self.folder / "marks.sqlite", clock=self.clock)
-        self.app = MarkingApp(self.folder / "out", questions, store, store, b"k" * 32, lease_s=LEASE, clock=self.clock)
+        claims = SqliteClaims(self.folder / "claims.sqlite", clock=self.clock)
+        self.app = MarkingApp(self.folder / "out", questions, LedgerMarks(self.folder / "out"), claims, b"k" * 32,
+                              lease_s=LEASE, clock=self.clock)
         self.keys = {student: self.app.answer_key(student) for student in STUDENTS}
         self.seen = {}          # (grader, question, student) -> the version that TA last saw
         self.saves = {}         # (question, student) -> [(grader, points)] in the order they were accepted
+        self.current = {}       # (question, student) -> the version of the last accepted save (0: none)
         self.holder = {}        # (question, student) -> (grader, expires_at)
 
     def _live_holder(self, answer):
@@ -201,13 +223,14 @@ class TwoTAs(RuleBasedStateMachine):
                                    expected_version=self.seen[(grader, *answer)])
         except MarkingError as error:
             assert error.status == 409, error.message
-            stale = self.seen[(grader, *answer)] != len(accepted)
+            stale = self.seen[(grader, *answer)] != self.current.get(answer, 0)
             assert other not in (None, grader) or stale, f"a good save by {grader} was refused: {error.message}"
             return
         assert other in (None, grader), f"{grader} saved over {other}'s claim: graded twice"
-        assert self.seen[(grader, *answer)] == len(accepted), f"{grader} saved over a mark they never saw: lost"
+        assert self.seen[(grader, *answer)] == self.current.get(answer, 0), \
+            f"{grader} saved over a mark they never saw: lost"
         accepted.append((grader, sum(criteria.values())))
-        self.seen[(grader, *answer)] = result["mark"]["version"]
+        self.seen[(grader, *answer)] = self.current[answer] = result["mark"]["version"]
 
     @invariant()
     def every_accepted_save_is_one_version_in_order(self):
@@ -216,8 +239,8 @@ class TwoTAs(RuleBasedStateMachine):
         for (question, student), accepted in self.saves.items():
             notebook, grade_id = question.split("/")
             history = self.app.marks.history(LAB, student, notebook, grade_id)
-            assert [(m.version, m.grader, m.points) for m in history] == \
-                [(index, grader, points) for index, (grader, points) in enumerate(accepted, 1)]
+            assert [(m.grader, m.points) for m in history] == accepted
+            assert [m.version for m in history][-1:] == ([self.current[(question, student)]] if accepted else [])
 
     @invariant()
     def at_most_one_ta_holds_an_answer(self):

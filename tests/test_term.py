@@ -21,8 +21,11 @@ platform code, plot or check may reach a locked reference: a stub's error anywhe
 test); a blank chapter fails its visible tests the way a student expects (the placeholder, a
 check's verdict), never with an import error or a missing recording; what ``course check`` says
 of each visible test cell agrees with the grader (a visible failure scores 0 when graded; a
-visible pass loses points only to hidden tests); the scores are the demo specs' (``correct`` full
-marks, ``blank`` 0, the buggy student its ``EXPECTED``); and the Canvas file carries them.
+visible pass loses points only to hidden tests) and of each written answer ("graded by your TA" for
+one the grader leaves awaiting a TA, "not attempted" for a blank one); the scores are the demo
+specs' (``correct`` full marks of the test cells with its model written answers awaiting a TA,
+``blank`` 0, the buggy student its ``EXPECTED``); and the Canvas file carries them, with an empty
+cell where written answers still await a TA.
 
 CI runs every lab's kit build and one chapter per lab (``CI_CHAPTERS``: chosen for their run time);
 the other chapters are marked ``full`` and run with ``make test-full``.
@@ -44,7 +47,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograde.demos import (DEMO_SPECS, QUICK_DEMO_CHAPTERS, DemoStudent, build_submission,
+from autograde.demos import (DEMO_SPECS, QUICK_DEMO_CHAPTERS, DemoStudent, build_submission, expected_scores,
                              load_demo_students)
 from autograde.edition import marked_definitions
 from autograde.kit import build_kit
@@ -173,8 +176,11 @@ def _buggy_student(lab: str, chapter: str) -> DemoStudent:
 
 
 def _students(lab: str, chapter: str) -> list[DemoStudent]:
-    return [DemoStudent("correct", "the reference answers pasted in", "solution"), _buggy_student(lab, chapter),
-            DemoStudent("blank", "the release as handed out", "release")]
+    """``correct`` (the reference answers, the model written answers: they await a TA), the chapter's first
+    buggy student (its written answers blank) and ``blank``."""
+    correct = next(s for s in load_demo_students(ROOT / DEMO_SPECS / lab) if s.name == "correct")
+    assert correct.written == "model", "correct hands in the model answers of the written questions"
+    return [correct, _buggy_student(lab, chapter), DemoStudent("blank", "the release as handed out", "release")]
 
 
 def _work_in_the_kit(kit: Path, lab: str, chapters: list[str], student: DemoStudent, home: Path) -> Path:
@@ -332,16 +338,24 @@ def test_a_chapter_goes_out_in_the_kit_and_comes_back_graded(chapter, term):
         name = _student_id(student, lab, chapter)
         entry = entries[name]
         notebook = next(nb for nb in entry["notebooks"] if nb["name"] == chapter)
-        expected = {"correct": notebook["max_score"], "blank": 0.0}.get(student.name, student.expected.get(chapter))
-        if notebook["score"] != expected:
+        expected = expected_scores(student, {chapter: notebook})[chapter]
+        if notebook["score"] != expected.auto or notebook["awaiting_ta"] != expected.awaiting_ta:
             lost = [f"{p['cell']} -{p['points_lost']:g}: {p['reason'][:200]}" for p in entry["lost_points"]
                     if p["notebook"] == chapter]
-            problems.append(f"graded, {name}: {notebook['score']:g} of {notebook['max_score']:g}, its spec says "
-                            f"{expected:g}; lost: {lost}")
+            problems.append(f"graded, {name}: {notebook['score']:g} of {notebook['max_score']:g} with "
+                            f"{notebook['awaiting_ta']:g} awaiting a TA, its spec says {expected.auto:g} with "
+                            f"{expected.awaiting_ta:g}; lost: {lost}")
         assert (term.grades / "feedback" / name / lab / f"{chapter}.html").is_file()
-        # What course check said of each visible test cell agrees with the grader.
+        # What course check said of each visible test cell agrees with the grader, and of each written answer.
         check, _ = seen["checks"][student.name]
+        said_written = {ex["grade_id"]: ex for ex in check["exercises"] if ex["ta_points"]}
         for cell in notebook["cells"]:
+            if cell["written"]:
+                said = said_written.get(cell["grade_id"], {}).get("status")
+                wanted = {"awaiting a TA": "graded by your TA", "not attempted": "not attempted"}.get(cell["status"])
+                if said != wanted:
+                    problems.append(f"{name}/{cell['grade_id']}: course check said {said}, the grader {cell['status']}")
+                continue
             said = _test_cells(check).get(cell["grade_id"])
             if said is None or not said["visible"] or cell["status"].startswith("skipped"):
                 continue
@@ -365,5 +379,8 @@ def test_a_chapter_goes_out_in_the_kit_and_comes_back_graded(chapter, term):
     column = rows[0].index(lab)
     by_student = {row[3]: row[column] for row in rows[2:]}
     for name, entry in entries.items():
+        if entry["awaiting_ta"]:    # not graded yet: Canvas gets an empty cell, never the partial score
+            assert by_student[name] == "", f"{name}: written answers await a TA, yet Canvas got {by_student[name]!r}"
+            continue
         assert float(by_student[name]) == entry["score"], f"{name}: Canvas {by_student[name]}, graded {entry['score']}"
     assert not problems, f"{lab}/{chapter}:\n  " + "\n  ".join(problems)

@@ -19,6 +19,7 @@ import argparse
 import copy
 import functools
 import http.server
+import re
 import shutil
 import subprocess
 import sys
@@ -141,11 +142,44 @@ def _lab_index_page(lab: Lab, entry: dict | None) -> str:
         f"The notebooks below are the student release of `labs/{lab.lab_id}/`, shown as released (not run).",
         "Open them in JupyterLab to work on them; see {doc}`/labs` for how the labs fit together.",
         "",
-        "```{tableofcontents}",
-        "```",
-        "",
     ]
+    lines += _written_questions_section(lab)
+    lines += ["```{tableofcontents}", "```", ""]
     return "\n".join(lines)
+
+
+def _notebook_title(cells) -> str:
+    """The first Markdown heading of a notebook ("Lab 0.1 · Chapter 3 — The KV cache"), or ""."""
+    first = next((cell.source for cell in cells if cell.cell_type == "markdown"), "")
+    heading = next((line[2:].strip() for line in first.splitlines() if line.startswith("# ")), "")
+    return heading
+
+
+def _written_questions_section(lab: Lab) -> list[str]:
+    """The lab's written questions as its release asks them (a prompt cell before each written answer
+    cell), with their points: what a student answers in words and a TA grades with a rubric."""
+    from course_lib.handin.notebooks import is_written_answer, nbgrader_meta
+
+    found = []
+    for path in lab.notebooks:
+        cells = nbformat.read(path, as_version=4).cells
+        for before, cell in zip(cells, cells[1:]):
+            if is_written_answer(cell) and nbgrader_meta(before).get("grade_id") == f"{nbgrader_meta(cell)['grade_id']}_prompt":
+                prompt = re.sub(r"^\*\*Written question \([^)]*\)\.\*\*\s*", "", before.source)
+                found.append((_notebook_title(cells) or _page_title(path), float(nbgrader_meta(cell).get("points") or 0),
+                              prompt.strip()))
+    if not found:
+        return []
+    lines = ["## Written questions", "",
+             "Besides its code, each chapter below asks a question answered in words, in the cell under it. A TA "
+             "grades each answer with a rubric (criteria with points and partial credit) after the lab is handed "
+             "in; the feedback shows the criteria met and the TA's comment once the instructor releases the marks "
+             "(the {doc}`/instructor-guide` says how they are graded).", ""]
+    for title, points, prompt in found:
+        lines += [f"**{title}** ({points:g} points)", ""]
+        lines += [f"> {line}" if line else ">" for line in prompt.splitlines()]
+        lines.append("")
+    return lines
 
 
 def sync_labs(labs: list[Lab], book_dir: Path) -> None:

@@ -25,7 +25,10 @@ penalty: formgrader's manual scores in OUT/gradebook.db are read into the ledger
                     Gradescope's CSV import, which map columns by hand.
 
 A grading that did not finish gets an empty cell (never a zero) and is listed; so does a roster
-student who handed in nothing (--missing zero gives them 0). Renamed notebooks, identity
+student who handed in nothing (--missing zero gives them 0). A lab whose written answers still await
+a TA (`course mark`) is not graded yet: its cell is left empty (Canvas shows it as ungraded, never as
+a low grade) and the notes say how many answers await a TA per lab; --partial writes the score
+without those answers instead, each one listed as PARTIAL. Renamed notebooks, identity
 conflicts and labs graded on more than one version of the tests are listed too: check them
 before you import.
 
@@ -51,6 +54,10 @@ def add_arguments(parser) -> None:
                         help="(canvas) roster students with no graded hand-in: an empty cell (default: Canvas keeps "
                              "what it has) or 0")
     parser.add_argument("--lab", action="append", metavar="LAB", help="export only this lab (repeatable)")
+    parser.add_argument("--partial", action="store_true",
+                        help="(canvas, wide) write the scores of labs whose written answers still await a TA, "
+                             "without those answers' points (default: an empty cell, which the LMS reads as not "
+                             "graded yet)")
 
 
 def _assignments(values: list[str] | None, labs: list[str]) -> dict[str, str]:
@@ -83,6 +90,8 @@ def run(args) -> int:
             raise GradingError(f"{args.results} holds no results/ folder: give the --out folder of `course grade`")
         if args.format != "canvas" and (args.roster or args.assignment):
             raise GradingError("--roster and --assignment are for --format canvas")
+        if args.format == "csv" and args.partial:
+            raise GradingError("--partial is for --format canvas and wide (the csv format has an awaiting_ta column)")
         ledger = Ledger(args.results)
         notes += sync_formgrader(args.results, ledger)
         stored, unreadable = ResultStore(args.results).all()
@@ -103,9 +112,9 @@ def run(args) -> int:
             if roster_path and not args.roster:
                 notes.append(f"roster: {roster_path} (kept by `course grade --roster`)")
             export = canvas_csv(stored, finals, roster, assignments=_assignments(args.assignment, known),
-                                missing_as_zero=args.missing == "zero")
+                                missing_as_zero=args.missing == "zero", partial=args.partial)
         elif args.format == "wide":
-            export = wide_csv(stored, finals)
+            export = wide_csv(stored, finals, partial=args.partial)
         else:
             export = notebook_csv(stored, finals)
         atomic_write_bytes(args.out, export.text.encode("utf-8"))
@@ -114,6 +123,9 @@ def run(args) -> int:
         return 1
     for note in [*notes, *unreadable, *export.notes]:
         print(f"note: {note}", file=sys.stderr)
+    if args.partial and any(note.startswith("PARTIAL:") for note in export.notes):
+        print("WARNING: --partial: scores without the written answers that await a TA are in the file; the LMS "
+              "will show them as grades", file=sys.stderr)
     rows = export.text.count("\n") - (2 if args.format == "canvas" else 1)
     print(f"wrote {args.out} ({rows} rows, {args.format})")
     return 0

@@ -199,7 +199,8 @@ def run(args) -> int:
     from autograde.ledger import Ledger
     from autograde.out_folder import check_same_class, claim, record_source
     from autograde.outputs import write_class_outputs
-    from autograde.report import intake_lines, intake_table, one_line_summary, score_table, version_warnings
+    from autograde.report import (awaiting_lines, intake_lines, intake_table, one_line_summary, score_table,
+                                  version_warnings)
     from autograde.snapshot import lab_bundle
     from course_lib.runner.limits import LimitsError, parse_limits
     from course_lib.runner.sandbox import detect_isolation
@@ -292,6 +293,10 @@ def run(args) -> int:
         print(f"\nwarning: {warning}")
     if finals:
         print("\n" + one_line_summary(finals))
+    waiting = awaiting_lines(finals, args.out)
+    if waiting:
+        print("\nWritten answers (graded by TAs with their rubrics; scores stay incomplete until then):")
+        print("\n".join(f"  {line}" for line in waiting))
     skipped_gpu = gpu_cells_skipped([entry.result for entry in stored])
     summary = f"\ngraded {run.graded} of {run.total}"
     if run.resumed:

@@ -9,8 +9,10 @@ from pathlib import Path
 HELP = "List the ledger's events (gradings, people's changes, due times) with who, when and why."
 DESCRIPTION = """\
 Print OUT/ledger.sqlite, oldest first: every time a submission was graded (its score then, and the
-version of the tests), every change people made (`course adjust`, formgrader's manual scores), and
-the due times and late rules `course grade` recorded. Nothing in it is ever overwritten or deleted.
+version of the tests), every change people made (`course adjust`, formgrader's manual scores, TA
+marks of written answers from `course mark` with the rubric criteria they ticked, and the release of
+a lab's marks), and the due times and late rules `course grade` recorded. Nothing in it is ever
+overwritten or deleted.
 
 examples:
   course history grades/
@@ -28,7 +30,9 @@ def add_arguments(parser) -> None:
 
 def _what(event) -> str:
     if event.kind == "cell":
-        return f"{event.notebook}/{event.cell}"
+        criteria = event.data.get("criteria")
+        ticked = f" [{', '.join(f'{key} {value:g}' for key, value in criteria.items())}]" if criteria else ""
+        return f"{event.notebook}/{event.cell}{ticked}"
     if event.kind in ("due", "extension"):
         return event.data.get("due", "")
     if event.kind == "late_rule":

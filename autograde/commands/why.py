@@ -43,7 +43,8 @@ def explain(out: Path, stored, state) -> list[str]:
     final = final_grade(stored, state)
     record = ResultStore(out).load_instructor_record(result.lab, result.student) or {}
     lines = [f"{result.student}/{result.lab}: {final.score:g} of {final.max_score:g}"
-             + ("" if final.complete else " (grading did not finish: see problems)")
+             + ("" if final.autograded else " (grading did not finish: see problems)")
+             + (f" ({final.awaiting_ta:g} points of written answers await a TA: course mark)" if final.awaiting else "")
              + f"; the autograder's {final.auto_score:g}"]
     for lost in result.lost_points():
         lines.append(f"  {lost['notebook']}/{lost['cell']}: -{lost['points_lost']:g} ({lost['status']})")

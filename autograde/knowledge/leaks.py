@@ -7,12 +7,14 @@ dropped, so re-wrapping, re-casing or escaping a paragraph (``&lt;``, ``**bold**
 
 What counts as an answer: a question's model answer, its criteria and partial-credit texts, and its
 notes for TAs. What does not: a window that students are given anyway, that is one that also occurs
-in the question's own prompt or in the ``given`` text (the release notebooks: a model answer that
-repeats a sentence of the chapter gives nothing away; the same rule as the kit's gift rule).
+in the question's own prompt or in the ``given`` text (``given_text``: the chapters' cells but the
+written answers; a model answer that repeats a sentence of the chapter gives nothing away; the same
+rule as the kit's gift rule).
 
-Where it must find nothing: a kit (every file), the release (``labs/``), and the feedback pages of a
-lab whose grades the instructor has not released. Once grades are released, feedback shows the
-rubric items and the TA's comments on purpose, and is no longer scanned.
+Where it must find nothing: a kit (every file: ``course kit`` refuses one), the release (``labs/``),
+and the feedback pages of a lab whose TA marks the instructor has not released (``course mark
+--release``): there a student's own answer is given too, since it is theirs. Once marks are
+released, feedback shows the rubric items ticked and the TA's comment on purpose.
 """
 
 from __future__ import annotations
@@ -70,11 +72,13 @@ def answer_fingerprints(labs: Iterable[LabQuestions], given: set[str] = frozense
     return fingerprints
 
 
-def given_text(release_dir: Path) -> set[str]:
-    """The windows of every cell of every release notebook under ``release_dir`` (``labs/``)."""
+def given_text(notebooks_dir: Path) -> set[str]:
+    """The windows of every cell of every notebook under ``notebooks_dir`` (the release, ``labs/``, or the
+    source, ``solutions/``) but its written answer cells: what the chapters themselves tell students. A
+    model answer may repeat a sentence of its chapter (a "check yourself" answer) and give nothing away."""
     given: set[str] = set()
-    for path in sorted(Path(release_dir).rglob("*.ipynb")):
-        for _, text in _notebook_parts(path):
+    for path in sorted(Path(notebooks_dir).rglob("*.ipynb")):
+        for _, text in _notebook_parts(path, skip_written=True):
             given |= windows(text)
     return given
 
@@ -124,13 +128,15 @@ def _parts(path: Path):
     yield "file", text
 
 
-def _notebook_parts(path: Path):
+def _notebook_parts(path: Path, *, skip_written: bool = False):
+    from course_lib.handin.notebooks import is_written_answer
+
     try:
         cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
     except (ValueError, OSError, AttributeError):
         return
     for index, cell in enumerate(cells if isinstance(cells, list) else []):
-        if not isinstance(cell, dict):
+        if not isinstance(cell, dict) or (skip_written and is_written_answer(cell)):
             continue
         pieces = [_joined(cell.get("source", ""))]
         for output in cell.get("outputs", []) or []:
@@ -144,3 +150,20 @@ def _notebook_parts(path: Path):
 
 def _joined(value) -> str:
     return "".join(value) if isinstance(value, list) else value if isinstance(value, str) else ""
+
+
+def unreleased_feedback_leaks(out_dir: Path, lab: str, labs: Iterable[LabQuestions], *,
+                              given: set[str] = frozenset()) -> list[AnswerLeak]:
+    """Places in the feedback pages of ``lab`` (``OUT/feedback/<student>/<lab>/``) holding answer or rubric
+    text, for a lab whose marks are not released. A student's own notebook (``OUT/autograded/``) is given
+    to them: an answer that happens to repeat the model answer is theirs to see."""
+    leaks: list[AnswerLeak] = []
+    labs = list(labs)
+    for folder in sorted(Path(out_dir).glob(f"feedback/*/{lab}")):
+        own: set[str] = set()
+        for path in sorted((Path(out_dir) / "autograded" / folder.parent.name / lab).glob("*.ipynb")):
+            for _, text in _notebook_parts(path):
+                own |= windows(text)
+        leaks += [AnswerLeak(f"{folder.parent.name}/{lab}/{leak.path}", leak.where, leak.origin)
+                  for leak in find_answer_leaks(folder, labs, given=set(given) | own)]
+    return leaks

@@ -1,33 +1,33 @@
-"""The written-question file of a lab, ``autograde/knowledge/<lab>.toml``: read, checked, placed.
+"""The written questions of a lab: their rubrics (``autograde/knowledge/<lab>.toml``) joined to their
+cells in the solution notebooks, read and checked.
 
-The format (TOML; ``'''`` strings keep Markdown, backslashes and quotes as written)::
+One source for each piece of a question:
+
+- **the solution notebook** (``solutions/<lab>/<notebook>.ipynb``) holds the question's two cells
+  (``authoring.written_question``): the locked prompt (grade_id ``<grade_id>_prompt``), then nbgrader's
+  manually graded answer cell (grade_id ``written_<name>``, its ``points``), whose source there is the
+  model answer; nbgrader's release replaces it by "YOUR ANSWER HERE". The notebook decides where the
+  question is asked, what it asks, what a full-marks answer says and how many points it is worth;
+- **the rubric file** (TOML, here; never shipped) holds what a TA grades with::
 
     lab = "lab02-prefill-vs-decode"
 
     [[question]]
-    grade_id = "written_why_kv_cache"        # the answer cell's nbgrader grade_id: written_<name>
+    grade_id = "written_why_kv_cache"        # the answer cell's grade_id: written_<name>
     notebook = "01_autoregression"           # solutions/<lab>/<notebook>.ipynb
-    points = 4                               # the answer cell's nbgrader points
-    place = { before = "## 8. Summary" }     # where the cells go (see Placement)
-    prompt = '''Markdown the student reads.'''
-    model_answer = '''Markdown: what a full-marks answer says.'''
     notes = '''For TAs: common mistakes, what to accept.'''   # optional
 
     [[question.criteria]]                    # 1 to 9 criteria (number keys 1-9 tick them)
     id = "why_needed"                        # a short name, unique in the question
-    points = 1                               # the criteria's points add up to the question's
+    points = 1                               # the criteria add up to the answer cell's points
     text = "What the answer must say to earn them."
     partial = [ { points = 0.5, when = "the common half-right answer" } ]   # optional
 
-    [[autograded]]                           # a question with one numeric answer: an exercise spec
-    grade_id = "kv_cache_bytes_mha"
-    ...
-
-``prompt``, ``model_answer`` and ``place`` are what phase 2 of the written questions moves into the
-solution notebook (``question_cells``: a locked prompt cell, then the answer cell whose solution is
-the model answer, which nbgrader's release replaces by "YOUR ANSWER HERE"). The rubric stays in
-this file for good. Every rule below is checked when the file is read, and a broken file names the
-file, the question and the field.
+``load_lab`` reads the file and joins each question to its cells: every rubric must name a written
+answer cell of its notebook whose points equal the criteria's sum, and every written answer cell of
+the lab's notebooks must have a rubric. A broken file, or a file and notebooks that disagree, raises
+``RubricError`` naming the file, the question and the field. A question whose answer is one number is
+no written question: it is an exercise like every other (Lab 0.2's ``kv_cache_bytes_mha``).
 """
 
 from __future__ import annotations
@@ -37,20 +37,22 @@ import json
 import math
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 KNOWLEDGE_DIR = Path(__file__).resolve().parent
+SOLUTIONS_DIR = KNOWLEDGE_DIR.parent.parent / "solutions"     # the checkout's nbgrader source folder
 GRADE_ID = re.compile(r"^written_[a-z0-9_]{1,60}$")
-EXERCISE_ID = re.compile(r"^[a-z][a-z0-9_]{0,60}$")
 CRITERION_ID = re.compile(r"^[a-z][a-z0-9_]{0,30}$")
-NOTEBOOK = re.compile(r"^\d\d_[a-z0-9_]+$")
+NOTEBOOK = re.compile(r"^[a-z0-9][a-z0-9_-]{0,60}$")
+PROMPT_LEAD = re.compile(r"^\*\*Written question \([^)]*\)\.\*\*\s*")   # authoring.written_question's first words
 MAX_CRITERIA = 9          # the number keys 1-9 of the marking page
 POINTS_TOLERANCE = 1e-9
 
 
 class RubricError(ValueError):
-    """A written-question file that breaks a rule; the message names the file, question and field."""
+    """A rubric file that breaks a rule, or that disagrees with the notebooks; the message names the
+    file, question and field."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ class Criterion:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a question's cells go in its solution notebook.
+    """Where a new question's cells go in its solution notebook (``insert_question``).
 
     ``before``: in front of the first cell whose source starts with this text (a heading such as
     ``"## 8. Summary"``). ``after``: behind the cell whose grade_id is this, or else the one cell whose
@@ -105,12 +107,15 @@ class WrittenQuestion:
     lab: str
     notebook: str
     grade_id: str
-    points: float
     criteria: tuple[Criterion, ...]
-    prompt: str = ""
-    model_answer: str = ""
     notes: str = ""
-    place: Placement | None = None
+    prompt: str = ""          # from the solution notebook's prompt cell (what students read)
+    model_answer: str = ""    # from the solution notebook's answer cell (never shipped)
+
+    @property
+    def points(self) -> float:
+        """The question's worth: its criteria's points (the answer cell's points, checked by ``load_lab``)."""
+        return round(sum(criterion.points for criterion in self.criteria), 9)
 
     @property
     def key(self) -> str:
@@ -132,34 +137,9 @@ class WrittenQuestion:
 
 
 @dataclass(frozen=True)
-class AutogradedExercise:
-    """A question with one numeric answer, written as the spec of an autograded exercise: what the
-    answer cell asks (``prompt``, ``signature``, ``docstring``), the reference answer, the visible and
-    hidden tests (inputs and expected values), the points of each test cell and a realistic bug for
-    a demo student. Phase 2 builds it like every exercise: an ``@exercise`` reference in course_lib,
-    a check in course_lib.checks, the cells, the demo student."""
-
-    lab: str
-    notebook: str
-    grade_id: str
-    prompt: str
-    signature: str
-    docstring: str
-    reference: str
-    visible: tuple[dict, ...]
-    hidden: tuple[dict, ...]
-    points_visible: float
-    points_hidden: float
-    hint: str
-    demo_bug: dict = field(default_factory=dict)
-    place: Placement | None = None
-
-
-@dataclass(frozen=True)
 class LabQuestions:
     lab: str
     questions: tuple[WrittenQuestion, ...]
-    autograded: tuple[AutogradedExercise, ...] = ()
     path: Path | None = None
 
     def question(self, key: str) -> WrittenQuestion:
@@ -170,26 +150,33 @@ class LabQuestions:
         known = ", ".join(q.key for q in self.questions) or "none"
         raise KeyError(f"no written question {key!r} in {self.lab}; questions: {known}")
 
+    def by_cell(self, notebook: str, grade_id: str) -> WrittenQuestion | None:
+        """The question whose answer cell is ``notebook``/``grade_id``, or None."""
+        return next((q for q in self.questions if q.notebook == notebook and q.grade_id == grade_id), None)
+
     @property
     def points(self) -> float:
         return sum(question.points for question in self.questions)
 
 
 def labs_with_questions(folder: Path = KNOWLEDGE_DIR) -> list[str]:
-    """The labs that have a written-question file in ``folder``."""
+    """The labs that have a rubric file in ``folder``."""
     return sorted(path.stem for path in folder.glob("lab*.toml"))
 
 
-def load_lab(lab: str, folder: Path = KNOWLEDGE_DIR) -> LabQuestions:
-    """The written questions of ``lab`` (an empty set when the lab has no file)."""
+def load_lab(lab: str, folder: Path = KNOWLEDGE_DIR, solutions: Path | None = SOLUTIONS_DIR) -> LabQuestions:
+    """The written questions of ``lab``: the rubrics of ``folder/<lab>.toml`` joined to their cells in
+    ``solutions/<lab>/`` (prompt, model answer, points); an empty set when the lab has no file.
+    ``solutions=None``: the rubrics alone (no prompt or model answer, nothing checked against cells)."""
     path = folder / f"{lab}.toml"
-    if not path.is_file():
-        return LabQuestions(lab, ())
-    return load_questions_file(path)
+    questions = load_questions_file(path) if path.is_file() else LabQuestions(lab, ())
+    if solutions is not None and (Path(solutions) / lab).is_dir():
+        questions = join_cells(questions, Path(solutions) / lab)
+    return questions
 
 
 def load_questions_file(path: Path) -> LabQuestions:
-    """Read and check one written-question file; RubricError names what is wrong."""
+    """Read and check one rubric file; RubricError names what is wrong."""
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as error:
@@ -199,53 +186,86 @@ def load_questions_file(path: Path) -> LabQuestions:
     lab = data.get("lab")
     if lab != Path(path).stem:
         raise RubricError(f"{path}: lab = {lab!r}, but the file is named for {Path(path).stem!r}")
-    _only(data, {"lab", "question", "autograded"}, f"{path}")
+    _only(data, {"lab", "question"}, f"{path}")
     questions = tuple(_question(lab, entry, f"{path}: question {index + 1}")
                       for index, entry in enumerate(data.get("question", [])))
-    autograded = tuple(_autograded(lab, entry, f"{path}: autograded {index + 1}")
-                       for index, entry in enumerate(data.get("autograded", [])))
     seen: set[tuple[str, str]] = set()
-    for notebook, grade_id in [(q.notebook, q.grade_id) for q in questions] + \
-                              [(a.notebook, a.grade_id) for a in autograded]:
-        if (notebook, grade_id) in seen:
-            raise RubricError(f"{path}: grade_id {grade_id!r} is used twice in {notebook}")
-        seen.add((notebook, grade_id))
-    return LabQuestions(lab, questions, autograded, Path(path))
+    for question in questions:
+        if (question.notebook, question.grade_id) in seen:
+            raise RubricError(f"{path}: grade_id {question.grade_id!r} is used twice in {question.notebook}")
+        seen.add((question.notebook, question.grade_id))
+    return LabQuestions(lab, questions, Path(path))
+
+
+def join_cells(questions: LabQuestions, lab_dir: Path) -> LabQuestions:
+    """Each question with its prompt and model answer from ``lab_dir/<notebook>.ipynb``, after checking
+    that rubrics and written answer cells match one to one, with the same points."""
+    where = questions.path or f"{questions.lab} (no rubric file)"
+    found: dict[tuple[str, str], tuple[str, str, float]] = {}
+    for notebook_path in sorted(Path(lab_dir).glob("*.ipynb")):
+        found.update(_written_cells(notebook_path))
+    joined = []
+    for question in questions.questions:
+        cell = found.pop((question.notebook, question.grade_id), None)
+        if cell is None:
+            raise RubricError(f"{where}: {question.key}: no written answer cell {question.grade_id!r} in "
+                              f"{Path(lab_dir) / question.notebook}.ipynb (a Markdown cell with nbgrader's "
+                              "grade and solution set: autograde.authoring.written_question makes one)")
+        prompt, model_answer, points = cell
+        if not math.isclose(points, question.points, abs_tol=POINTS_TOLERANCE):
+            raise RubricError(f"{where}: {question.key}: the criteria add up to {question.points:g} points, the "
+                              f"answer cell in {question.notebook}.ipynb is worth {points:g}")
+        joined.append(replace(question, prompt=prompt, model_answer=model_answer))
+    if found:
+        names = ", ".join(f"{notebook}/{grade_id}" for notebook, grade_id in sorted(found))
+        raise RubricError(f"{where}: no rubric for the written answer cell(s) {names}: add a [[question]] for each")
+    return LabQuestions(questions.lab, tuple(joined), questions.path)
+
+
+def _written_cells(path: Path) -> dict[tuple[str, str], tuple[str, str, float]]:
+    """{(notebook, grade_id): (prompt, model answer, points)} of one solution notebook's written questions."""
+    from course_lib.handin.notebooks import is_written_answer
+
+    cells = json.loads(Path(path).read_text(encoding="utf-8")).get("cells", [])
+    prompts = {cell.get("metadata", {}).get("nbgrader", {}).get("grade_id"): _source(cell) for cell in cells}
+    found = {}
+    for cell in cells:
+        if not is_written_answer(cell):
+            continue
+        meta = cell["metadata"]["nbgrader"]
+        grade_id = meta.get("grade_id", "")
+        prompt = PROMPT_LEAD.sub("", prompts.get(f"{grade_id}_prompt", "")).strip()
+        found[(path.stem, grade_id)] = (prompt, _source(cell).strip(), float(meta.get("points") or 0))
+    return found
 
 
 # --------------------------------------------------------------------------------------------
 # The rules, one field at a time
 # --------------------------------------------------------------------------------------------
 
-QUESTION_FIELDS = {"grade_id", "notebook", "points", "place", "prompt", "model_answer", "notes", "criteria"}
+QUESTION_FIELDS = {"grade_id", "notebook", "notes", "criteria"}
 CRITERION_FIELDS = {"id", "points", "text", "partial"}
-AUTOGRADED_FIELDS = {"grade_id", "notebook", "place", "prompt", "signature", "docstring", "reference", "visible",
-                     "hidden", "points_visible", "points_hidden", "hint", "demo_bug"}
 
 
 def _question(lab: str, entry: dict, where: str) -> WrittenQuestion:
+    moved = sorted({"prompt", "model_answer", "place", "points"} & set(entry))
+    if moved:
+        raise RubricError(f"{where}: {', '.join(moved)}: these live in the solution notebook's cells (the prompt "
+                          "cell and the answer cell's source and points), not in the rubric file")
     _only(entry, QUESTION_FIELDS, where)
     grade_id = _text(entry, "grade_id", where)
     where = f"{where} ({grade_id})"
     if not GRADE_ID.match(grade_id):
         raise RubricError(f"{where}: grade_id must look like written_<name> (lower case, digits, _)")
     notebook = _notebook(entry, where)
-    points = _points(entry.get("points"), f"{where}: points")
     criteria = tuple(_criterion(item, f"{where}: criterion {index + 1}")
                      for index, item in enumerate(_list(entry, "criteria", where)))
     if not 1 <= len(criteria) <= MAX_CRITERIA:
         raise RubricError(f"{where}: {len(criteria)} criteria; give 1 to {MAX_CRITERIA} (the number keys tick them)")
     ids = [criterion.id for criterion in criteria]
     if len(set(ids)) != len(ids):
-        raise RubricError(f"{where}: criterion ids repeat: {', '.join(sorted(i for i in ids if ids.count(i) > 1))}")
-    total = sum(criterion.points for criterion in criteria)
-    if not math.isclose(total, points, abs_tol=POINTS_TOLERANCE):
-        raise RubricError(f"{where}: the criteria add up to {total:g} points, the question is worth {points:g}")
-    return WrittenQuestion(lab, notebook, grade_id, points, criteria,
-                           prompt=_text(entry, "prompt", where, required=False),
-                           model_answer=_text(entry, "model_answer", where, required=False),
-                           notes=_text(entry, "notes", where, required=False),
-                           place=_placement(entry.get("place"), where))
+        raise RubricError(f"{where}: criterion ids repeat: {', '.join(sorted({i for i in ids if ids.count(i) > 1}))}")
+    return WrittenQuestion(lab, notebook, grade_id, criteria, notes=_text(entry, "notes", where, required=False))
 
 
 def _criterion(entry, where: str) -> Criterion:
@@ -271,42 +291,11 @@ def _criterion(entry, where: str) -> Criterion:
     return Criterion(criterion_id, points, _text(entry, "text", where), tuple(partial))
 
 
-def _autograded(lab: str, entry: dict, where: str) -> AutogradedExercise:
-    _only(entry, AUTOGRADED_FIELDS, where)
-    grade_id = _text(entry, "grade_id", where)
-    where = f"{where} ({grade_id})"
-    if not EXERCISE_ID.match(grade_id) or grade_id.startswith("written_"):
-        raise RubricError(f"{where}: grade_id must be an exercise name (lower case), not written_...")
-    tests = {}
-    for kind in ("visible", "hidden"):
-        cases = tuple(_list(entry, kind, where))
-        for index, case in enumerate(cases):
-            if not isinstance(case, dict) or not {"args", "expected"} <= set(case):
-                raise RubricError(f"{where}: {kind} test {index + 1} needs args and expected")
-        tests[kind] = cases
-    if not tests["visible"] or not tests["hidden"]:
-        raise RubricError(f"{where}: an exercise needs visible and hidden tests")
-    return AutogradedExercise(
-        lab, _notebook(entry, where), grade_id, _text(entry, "prompt", where), _text(entry, "signature", where),
-        _text(entry, "docstring", where), _text(entry, "reference", where), tests["visible"], tests["hidden"],
-        _points(entry.get("points_visible"), f"{where}: points_visible"),
-        _points(entry.get("points_hidden"), f"{where}: points_hidden"), _text(entry, "hint", where),
-        dict(entry.get("demo_bug", {})), _placement(entry.get("place"), where))
-
-
-def _placement(value, where: str) -> Placement | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict) or len(value) != 1 or not set(value) <= {"before", "after"} \
-            or not isinstance(next(iter(value.values())), str) or not next(iter(value.values())).strip():
-        raise RubricError(f"{where}: place must be {{ before = \"...\" }} or {{ after = \"...\" }}")
-    return Placement(**value)
-
-
 def _notebook(entry: dict, where: str) -> str:
     notebook = _text(entry, "notebook", where)
     if not NOTEBOOK.match(notebook):
-        raise RubricError(f"{where}: notebook {notebook!r} must be a chapter's stem, like 03_decode")
+        raise RubricError(f"{where}: notebook {notebook!r} must be a chapter's file name without .ipynb, like "
+                          "03_decode (lower case, digits, _ and -)")
     return notebook
 
 
@@ -341,11 +330,19 @@ def _source(cell) -> str:
     return "".join(source) if isinstance(source, list) else source
 
 
-def question_cells(question: WrittenQuestion) -> list:
-    """The question's two cells for its solution notebook (``authoring.written_question``): the
-    locked prompt, then the answer cell holding the model answer. Inserted at ``question.place``."""
+# --------------------------------------------------------------------------------------------
+# Adding a question to a notebook
+# --------------------------------------------------------------------------------------------
+
+def insert_question(notebook, grade_id: str, points: float, prompt: str, model_answer: str,
+                    place: Placement) -> int:
+    """Insert a written question's two cells (``authoring.written_question``) into ``notebook`` (nbformat)
+    at ``place``; returns the index of the prompt cell. Its rubric goes into ``<lab>.toml``."""
     from autograde.authoring import written_question
 
-    if not question.prompt or not question.model_answer:
-        raise RubricError(f"{question.lab}: {question.key} has no prompt or model answer to make cells from")
-    return written_question(question.grade_id, question.points, question.prompt, question.model_answer)
+    taken = {cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") for cell in notebook.cells}
+    if grade_id in taken or f"{grade_id}_prompt" in taken:
+        raise RubricError(f"{grade_id} is already a cell of this notebook")
+    index = place.index_in(notebook.cells)
+    notebook.cells[index:index] = written_question(grade_id, points, prompt, model_answer)
+    return index

@@ -25,10 +25,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from course_lib.handin.notebooks import SAFE_ID
+from course_lib.handin.notebooks import SAFE_ID, is_blank_answer
 
 ANSWERED, BLANK, MISSING, UNREADABLE = "answered", "blank", "missing", "unreadable"
-TEXT_STUB = "YOUR ANSWER HERE"
 MAX_ANSWER_CHARS = 20_000              # a TA reads at most this much of one answer
 MAX_NOTEBOOK_BYTES = 64 * 2**20        # a graded notebook larger than this is not parsed
 
@@ -83,9 +82,9 @@ def read_answer(out_dir: Path, lab: str, student: str, notebook: str, grade_id: 
 
 
 def _is_blank(cell: dict, text: str) -> bool:
-    """Unchanged from the release: nbgrader's own rule (the checksum it stored still matches), or
-    nothing but the stub."""
-    if text.strip() in ("", TEXT_STUB):
+    """Unchanged from the release: nothing but the stub, or empty (the grader's rule,
+    ``is_blank_answer``), or nbgrader's own rule (the checksum it stored still matches)."""
+    if is_blank_answer(text):
         return True
     checksum = (cell.get("metadata") or {}).get("nbgrader", {}).get("checksum")
     if not checksum:

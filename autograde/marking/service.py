@@ -6,6 +6,9 @@ claims (a ``ClaimBoard``). It checks every mark against its question's rubric be
 each criterion may only get one of its levels (full, a partial credit, none), an adjustment outside
 the rubric needs a comment, and the total stays between 0 and the question's points.
 
+The marks are the ledger's (``ledger_marks.LedgerMarks``): what the TA saves is the score every
+grade, export and feedback page of the course reads.
+
 Answers are named by a key, an HMAC of the student id under a secret kept beside the marks, so the
 page and its requests never need a student id. With ``anonymous=True`` the ids never leave the
 server: answers are labelled "Answer 1", "Answer 2"... in an order set by their keys (stable across
@@ -151,6 +154,8 @@ class MarkingApp:
         except MarkConflict as conflict:
             raise MarkingError(409, str(conflict),
                                current=_mark_view(conflict.current) if conflict.current else None) from None
+        except ValueError as error:   # the record refused it (a control character in the reason, ...)
+            raise MarkingError(400, f"not saved: {error}") from None
         return {"mark": _mark_view(mark)}
 
     # ---------------------------------------------------------------------------- helpers

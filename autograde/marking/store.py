@@ -1,8 +1,8 @@
-"""Where a TA's marks live, and who is grading what right now.
+"""What a TA's mark is, where marks and claims are kept, and who is grading what right now.
 
-Two interfaces, kept apart because they promise different things:
+Two interfaces, kept apart because they promise different things and live in different places:
 
-- ``MarkStore``: the record of marks. A mark is one answer's points, the rubric criteria that gave
+- ``MarkStore``: the record of marks (``ledger_marks.LedgerMarks``: the course's ledger). A mark is one answer's points, the rubric criteria that gave
   them, a comment for the student, who saved it and when. Every save names the version it replaces
   (``expected_version``: 0 for the first mark), and a save based on anything but the current version
   is refused with ``MarkConflict``, which carries the mark that is there now: no mark is ever lost
@@ -12,16 +12,14 @@ Two interfaces, kept apart because they promise different things:
   ``ClaimConflict``; it ends when released or when its lease runs out (a TA who closed the laptop
   does not lock an answer for good).
 
-``SqliteMarks`` implements both in one SQLite file (``OUT/marking/marks.sqlite``), safe for several
-threads and processes on one machine: every change runs in an ``IMMEDIATE`` transaction, which takes
-the database's write lock before it reads, so the version check and the write happen as one step.
-The instructor's record of scores (overrides with who/when/why, in the grading output folder) can
-take ``MarkStore``'s place without changing the marking page.
+``SqliteClaims`` keeps the claims in their own SQLite file (``OUT/marking/claims.sqlite``): they are
+the marking page's business only, short-lived, and nothing else of the course reads them. It is safe
+for several threads and processes on one machine: every change runs in an ``IMMEDIATE`` transaction,
+which takes the database's write lock before it reads, so the check and the write happen as one step.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import sqlite3
 import time
@@ -46,7 +44,7 @@ class Mark:
     adjustment: float = 0.0       # points outside the rubric (+ or -), explained in the comment
     comment: str = ""             # for the student, once grades are released
     grader: str = ""
-    version: int = 0              # 1 for the first mark, +1 for every change
+    version: int = 0              # names this version: the seq of its ledger event (0: no mark); grows with every change
     saved_at: float = 0.0         # seconds since the epoch
     reason: str = ""              # why a mark changed (for the instructor, not the student)
     rubric_hash: str = ""         # the rubric the mark was given with (WrittenQuestion.rubric_hash)
@@ -116,13 +114,6 @@ class ClaimBoard(Protocol):
 
 
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS marks (
-    lab TEXT NOT NULL, student TEXT NOT NULL, notebook TEXT NOT NULL, grade_id TEXT NOT NULL,
-    version INTEGER NOT NULL, points REAL NOT NULL, criteria TEXT NOT NULL, adjustment REAL NOT NULL,
-    comment TEXT NOT NULL, grader TEXT NOT NULL, saved_at REAL NOT NULL, reason TEXT NOT NULL,
-    rubric_hash TEXT NOT NULL,
-    PRIMARY KEY (lab, student, notebook, grade_id, version)
-);
 CREATE TABLE IF NOT EXISTS claims (
     lab TEXT NOT NULL, student TEXT NOT NULL, notebook TEXT NOT NULL, grade_id TEXT NOT NULL,
     grader TEXT NOT NULL, expires_at REAL NOT NULL,
@@ -131,8 +122,8 @@ CREATE TABLE IF NOT EXISTS claims (
 """
 
 
-class SqliteMarks:
-    """``MarkStore`` and ``ClaimBoard`` in one SQLite file (see the module docstring).
+class SqliteClaims:
+    """``ClaimBoard`` in one SQLite file (see the module docstring).
 
     ``clock`` gives the time in seconds (tests pass a fake one to make leases expire)."""
 
@@ -165,51 +156,6 @@ class SqliteMarks:
                 connection.execute("ROLLBACK")
                 raise
             connection.execute("COMMIT")
-
-    # ---------------------------------------------------------------------------- marks
-
-    def get_marks(self, lab: str) -> list[Mark]:
-        with self._connection() as connection:
-            rows = connection.execute(
-                "SELECT * FROM marks AS m WHERE lab = ? AND version = (SELECT MAX(version) FROM marks WHERE "
-                "lab = m.lab AND student = m.student AND notebook = m.notebook AND grade_id = m.grade_id) "
-                "ORDER BY notebook, grade_id, student", (lab,)).fetchall()
-        return [_mark(row) for row in rows]
-
-    def get_mark(self, lab: str, student: str, notebook: str, grade_id: str) -> Mark | None:
-        with self._connection() as connection:
-            return self._current(connection, lab, student, notebook, grade_id)
-
-    def history(self, lab: str, student: str, notebook: str, grade_id: str) -> list[Mark]:
-        with self._connection() as connection:
-            rows = connection.execute(
-                "SELECT * FROM marks WHERE lab = ? AND student = ? AND notebook = ? AND grade_id = ? ORDER BY version",
-                (lab, student, notebook, grade_id)).fetchall()
-        return [_mark(row) for row in rows]
-
-    def save_mark(self, lab: str, student: str, notebook: str, grade_id: str, *, points: float,
-                  criteria: dict[str, float], comment: str, grader: str, expected_version: int,
-                  adjustment: float = 0.0, reason: str = "", rubric_hash: str = "") -> Mark:
-        _check_mark(points, criteria, comment, grader, expected_version, adjustment, reason)
-        with self._write() as connection:
-            current = self._current(connection, lab, student, notebook, grade_id)
-            current_version = current.version if current else 0
-            if expected_version != current_version:
-                raise MarkConflict(_conflict_message(current, expected_version), current)
-            mark = Mark(lab, student, notebook, grade_id, float(points), {k: float(v) for k, v in criteria.items()},
-                        float(adjustment), comment, grader, current_version + 1, self.clock(), reason, rubric_hash)
-            connection.execute(
-                "INSERT INTO marks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (lab, student, notebook, grade_id, mark.version, mark.points, json.dumps(mark.criteria),
-                 mark.adjustment, comment, grader, mark.saved_at, reason, rubric_hash))
-        return mark
-
-    @staticmethod
-    def _current(connection, lab, student, notebook, grade_id) -> Mark | None:
-        row = connection.execute(
-            "SELECT * FROM marks WHERE lab = ? AND student = ? AND notebook = ? AND grade_id = ? "
-            "ORDER BY version DESC LIMIT 1", (lab, student, notebook, grade_id)).fetchone()
-        return _mark(row) if row else None
 
     # ---------------------------------------------------------------------------- claims
 
@@ -251,14 +197,7 @@ class SqliteMarks:
         return Claim(*row) if row else None
 
 
-def _mark(row) -> Mark:
-    lab, student, notebook, grade_id, version, points, criteria, adjustment, comment, grader, saved_at, reason, \
-        rubric_hash = row
-    return Mark(lab, student, notebook, grade_id, points, json.loads(criteria), adjustment, comment, grader, version,
-                saved_at, reason, rubric_hash)
-
-
-def _check_mark(points, criteria, comment, grader, expected_version, adjustment, reason) -> None:
+def check_mark(points, criteria, comment, grader, expected_version, adjustment, reason) -> None:
     """The shape of a mark; what a question allows (its criteria and maximum) is checked by the caller."""
     for name, value in (("points", points), ("adjustment", adjustment)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -279,14 +218,13 @@ def _check_mark(points, criteria, comment, grader, expected_version, adjustment,
         raise ValueError(f"reason must be text of at most {MAX_REASON_CHARS} characters")
 
 
-def _conflict_message(current: Mark | None, expected_version: int) -> str:
+def conflict_message(current: Mark | None, expected_version: int) -> str:
     if current is None:
         return (f"not saved: this answer has no mark any more (you expected version {expected_version}); "
                 "reload it and mark it again")
     when = time.strftime("%H:%M:%S", time.localtime(current.saved_at))
-    return (f"not saved: {current.grader} saved a mark for this answer at {when} ({current.points:g} points, "
-            f"version {current.version}) after you opened it. Their mark is shown now; "
-            "change it if you still disagree")
+    return (f"not saved: {current.grader} saved a mark for this answer at {when} ({current.points:g} points) "
+            "after you opened it. Their mark is shown now; change it if you still disagree")
 
 
 def _duration(seconds: float) -> str:

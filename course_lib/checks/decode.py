@@ -37,10 +37,10 @@ from course_lib.checks import (
     smollm2,
     type_name,
 )
-from course_lib.checks._shared import lend_config
+from course_lib.checks._shared import expect_raises, lend_config
 from course_lib.checks.attention import ATOL, RTOL, random_qkv
 from course_lib.checks.fixtures import recorded_check, reference
-from course_lib.kv_cache import KVCache
+from course_lib.kv_cache import KVCache, kv_cache_bytes_mha
 from course_lib.model import LlamaModel, ModelConfig, greedy_generate, random_weights
 
 __all__ = [
@@ -49,16 +49,19 @@ __all__ = [
     "check_decode_cache",
     "check_decode_step_cost",
     "check_generate",
+    "check_kv_cache_bytes_mha",
+    "check_kv_cache_bytes_mha_rejects_negative",
     "smollm2_model",
     "tiny_model",
 ]
 
 # KVCache is not registered: other chapters hand it to students as a given tool. Its use inside
 # the student's cache is caught by check_decode_cache instead.
-register_reference_names("greedy_generate", "forward_cost", "decode_attention")
+register_reference_names("greedy_generate", "forward_cost", "decode_attention", "kv_cache_bytes_mha")
 
 _reference_greedy_generate = reference(greedy_generate)
 _reference_forward_cost = reference(roofline.forward_cost)
+_reference_kv_cache_bytes_mha = reference(kv_cache_bytes_mha)
 
 
 def _close(got: torch.Tensor, expected: torch.Tensor) -> bool:
@@ -360,7 +363,53 @@ def _check_forward_calls(call: str, counting: _CountingModel, prompt_ids: list[i
 
 
 # ---------------------------------------------------------------------------------------------
-# (d) FLOPs and bytes of one decode step
+# (d) the cache of a model without grouped-query attention
+# ---------------------------------------------------------------------------------------------
+
+
+def _mha_hint(got: Any, expected: float, bytes_per_element: float) -> str:
+    """What a wrong size most likely forgot, from how it relates to the right one."""
+    rule = ("per token, every layer keeps a key and a value (the factor 2) of hidden_size numbers each; multiply "
+            "by num_layers, by the tokens and by bytes_per_element (bytes, not bits).")
+    try:
+        got = float(got)
+    except (TypeError, ValueError):
+        return "return a number of bytes. " + rule
+    if expected and math.isclose(got, expected / 2, rel_tol=1e-9):
+        return "half the right size: count the values as well as the keys (the factor 2). " + rule
+    if expected and math.isclose(got, expected * 8, rel_tol=1e-9):
+        return "eight times the right size: that is bits, and the answer is in bytes. " + rule
+    if expected and bytes_per_element and math.isclose(got, expected / bytes_per_element, rel_tol=1e-9):
+        return "that is the number of elements: multiply by bytes_per_element. " + rule
+    return rule
+
+
+@recorded_check
+def check_kv_cache_bytes_mha(student_fn: Callable, num_layers: int, hidden_size: int, num_tokens: int,
+                             bytes_per_element: float) -> None:
+    """``student_fn(num_layers, hidden_size, num_tokens, bytes_per_element)`` must equal the reference's bytes."""
+    require_own_implementation(student_fn, "kv_cache_bytes_mha")
+    call = f"kv_cache_bytes_mha({num_layers}, {hidden_size}, num_tokens={num_tokens}, {bytes_per_element})"
+    got = call_student(student_fn, call, num_layers, hidden_size, num_tokens, bytes_per_element, show_args=False)
+    expected = _reference_kv_cache_bytes_mha(num_layers, hidden_size, num_tokens, bytes_per_element)
+    right = isinstance(got, (int, float)) and not isinstance(got, bool) and math.isclose(got, expected, rel_tol=1e-12,
+                                                                                         abs_tol=1e-9)
+    if not right:
+        fail(f"{call}: wrong number of bytes", expected=expected, got=short_repr(got),
+             hint=_mha_hint(got, expected, bytes_per_element))
+
+
+@recorded_check
+def check_kv_cache_bytes_mha_rejects_negative(student_fn: Callable) -> None:
+    """A negative ``num_tokens`` must raise ValueError (the documented type) naming the argument."""
+    require_own_implementation(student_fn, "kv_cache_bytes_mha")
+    expect_raises(student_fn, "kv_cache_bytes_mha(32, 4096, num_tokens=-1, 2)", ValueError, 32, 4096, -1, 2,
+                  message_names=("num_tokens",),
+                  hint="check num_tokens first and raise ValueError naming it and its allowed range (>= 0).")
+
+
+# ---------------------------------------------------------------------------------------------
+# (e) FLOPs and bytes of one decode step
 # ---------------------------------------------------------------------------------------------
 
 

@@ -16,7 +16,10 @@ Cells", on the saved file: save first) and print, per exercise, whether its visi
 passed, failed (with the check's message: expected, got, hint) or were not attempted, and the
 points its test cells are worth. A test cell with no visible check says "graded later with
 hidden inputs": its points, shown in brackets, are decided only when your work is graded. A
-worked example that fails because of one of your answers is reported against that answer.
+written question (answered in words in a Markdown cell) says "graded by your TA", or "not
+attempted" while its cell is as released: its points ("N TA") are given by your TA with a rubric
+after you hand it in, and the total says "N points are graded by your TA". A worked example that
+fails because of one of your answers is reported against that answer.
 Then it says whether the file is the one to hand in: a name and a folder the grader expects
 (<lab>/<notebook>.ipynb as released), valid notebook JSON, every test cell present and as
 released, no copied graded cells. Several notebooks get a total at the end.

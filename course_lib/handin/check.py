@@ -14,7 +14,9 @@ know. Two parts:
   stop at ``NotImplementedError``: the cell is still the release's stub), *skipped: needs a GPU*,
   or *graded later with hidden inputs* when its test cells check nothing visibly (a released
   hidden-only cell is imports and a comment: running it proves nothing, so it is never "passed").
-  The total says so: "visible: X of Y points; Z more points are graded only with hidden inputs".
+  A written answer (a Markdown cell answered in words) is *graded by your TA*, or *not attempted*
+  while it is as released or empty: no check can judge it. The total says so: "visible: X of Y
+  points; Z more points are graded only with hidden inputs; N points are graded by your TA".
 
 Any other cell that raises is blamed on the answer it came from where the traceback or the
 message shows one (``blame``): "your `pack_kv` (answer cell 'pack_kv') raised NameError, in cell
@@ -66,9 +68,9 @@ __all__ = ["CheckReport", "ExerciseResult", "FileCheck", "TestCellResult", "Tota
 # start a check of its own (which would run the notebook again, and again...).
 INSIDE_CHECK = "COURSE_CHECK_RUNNING"
 
-PASSED, FAILED, NOT_ATTEMPTED, SKIPPED_GPU, NOT_RUN, NO_TESTS, HIDDEN_ONLY, BLOCKED = (
+PASSED, FAILED, NOT_ATTEMPTED, SKIPPED_GPU, NOT_RUN, NO_TESTS, HIDDEN_ONLY, BLOCKED, BY_TA = (
     "passed", "failed", "not attempted", "skipped: needs a GPU", "not run", "no test cell of its own",
-    "graded later with hidden inputs", "could not run")
+    "graded later with hidden inputs", "could not run", "graded by your TA")
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,7 @@ class ExerciseResult:
     message: str = ""
     unchanged: bool = False   # the answer cell is exactly as released
     example_errors: list[CellError] = field(default_factory=list)
+    ta_points: float = 0.0    # a written answer's points (graded by a TA, not by any test); 0 for code
 
     def _counted(self, visible: bool) -> list[TestCellResult]:
         return [test for test in self.tests if test.status != SKIPPED_GPU and test.visible == visible]
@@ -127,10 +130,11 @@ class Totals:
     visible: float = 0.0
     hidden_only: float = 0.0
     needs_gpu: float = 0.0
+    by_ta: float = 0.0        # written answers' points: a TA grades them with a rubric
 
     def __add__(self, other: Totals) -> Totals:
         return Totals(self.passed + other.passed, self.visible + other.visible, self.hidden_only + other.hidden_only,
-                      self.needs_gpu + other.needs_gpu)
+                      self.needs_gpu + other.needs_gpu, self.by_ta + other.by_ta)
 
     def text(self) -> str:
         line = f"visible: {_points(self.passed)} of {_points(self.visible)} points"
@@ -141,6 +145,9 @@ class Totals:
         if self.needs_gpu:
             one = self.needs_gpu == 1
             line += f"; {_points(self.needs_gpu)} more point{'' if one else 's'} need{'s' if one else ''} a GPU"
+        if self.by_ta:
+            one = self.by_ta == 1
+            line += f"; {_points(self.by_ta)} point{'' if one else 's'} {'is' if one else 'are'} graded by your TA"
         return line
 
 
@@ -167,14 +174,15 @@ class CheckReport:
     @property
     def all_passed(self) -> bool:
         """Every visible test passes, and no other cell failed in an answer or while running one."""
-        return self.ran and all(ex.status in (PASSED, SKIPPED_GPU, NO_TESTS, HIDDEN_ONLY) for ex in self.exercises) \
+        return self.ran and all(ex.status in (PASSED, SKIPPED_GPU, NO_TESTS, HIDDEN_ONLY) for ex in self.exercises
+                                if not ex.ta_points) \
             and not any(error.kind == ANSWER or (error.kind == EXAMPLE and error.uses) for error in self.other_errors)
 
     @property
     def totals(self) -> Totals:
         gpu = sum(t.points for ex in self.exercises for t in ex.tests if t.status == SKIPPED_GPU)
         return Totals(sum(ex.points_passed for ex in self.exercises), sum(ex.points for ex in self.exercises),
-                      sum(ex.hidden_points for ex in self.exercises), gpu)
+                      sum(ex.hidden_points for ex in self.exercises), gpu, sum(ex.ta_points for ex in self.exercises))
 
     def text(self) -> str:
         return format_report(self)
@@ -187,11 +195,11 @@ class CheckReport:
             "ready": self.ready, "all_passed": self.all_passed, "seconds": round(self.seconds, 2), "note": self.note,
             "notes": list(self.notes), "cells_run": self.cells_run, "cells_raised": self.cells_raised,
             "totals": {"passed": totals.passed, "visible": totals.visible, "hidden_only": totals.hidden_only,
-                       "needs_gpu": totals.needs_gpu},
+                       "needs_gpu": totals.needs_gpu, "by_ta": totals.by_ta},
             "file_checks": [{"ok": c.ok, "what": c.what, "detail": c.detail} for c in self.file_checks],
             "exercises": [{"grade_id": ex.grade_id, "status": ex.status, "message": ex.message,
                            "unchanged": ex.unchanged, "points": ex.points, "hidden_points": ex.hidden_points,
-                           "points_passed": ex.points_passed,
+                           "points_passed": ex.points_passed, "ta_points": ex.ta_points,
                            "tests": [{"grade_id": t.grade_id, "points": t.points, "status": t.status,
                                       "message": t.message, "visible": t.visible, "ename": t.ename}
                                      for t in ex.tests],
@@ -267,7 +275,8 @@ def _cell_checks(notebook, release: list[NotebookCell]) -> list[FileCheck]:
                                 "(JupyterLab: Edit > Undo, or copy them from a fresh kit) so this file matches"))
     else:
         checks.append(FileCheck(True, "test cells", f"all {len(tests)} as released"))
-    missing_answers = [cell["grade_id"] for cell in release if cell["kind"] == "answer" and cell["grade_id"] not in by_id]
+    missing_answers = [cell["grade_id"] for cell in release
+                       if cell["kind"] in ("answer", "written") and cell["grade_id"] not in by_id]
     if missing_answers:
         checks.append(FileCheck(False, "answer cells", f"deleted: {', '.join(missing_answers)} (write your answer in "
                                                        "the released cell: a new cell is not graded)"))
@@ -494,39 +503,61 @@ def _exercises(notebook, release: list[NotebookCell] | None, run: VisibleRun) ->
     """Group test results under the answer cell above them (the release's order, else the file's)."""
     from nbgrader.utils import compute_checksum
 
-    from course_lib.handin.notebooks import nbgrader_meta
+    from course_lib.handin.notebooks import is_written_answer, nbgrader_meta
 
     if release is None:
         release = []
         for cell in notebook.cells:
             meta = nbgrader_meta(cell)
             if meta.get("solution") or meta.get("grade"):
-                entry = {"grade_id": meta["grade_id"], "kind": "test" if meta.get("grade") else "answer",
-                         "points": float(meta.get("points") or 0), "checksum": ""}
+                kind = "written" if is_written_answer(cell) else "test" if meta.get("grade") else "answer"
+                entry = {"grade_id": meta["grade_id"], "kind": kind, "points": float(meta.get("points") or 0),
+                         "checksum": ""}
                 if meta.get("grade"):
                     entry["source"] = cell.source
                 release.append(entry)
     student_cells = {nbgrader_meta(cell).get("grade_id"): cell for cell in notebook.cells}
     exercises: list[ExerciseResult] = []
     for cell in release:
+        if cell["kind"] == "written":
+            exercises.append(_written_answer(cell, student_cells.get(cell["grade_id"])))
+            continue
         if cell["kind"] == "answer":
             answer = student_cells.get(cell["grade_id"])
             unchanged = bool(answer is not None and cell["checksum"] and compute_checksum(answer) == cell["checksum"])
             exercises.append(ExerciseResult(cell["grade_id"], [], NO_TESTS, unchanged=unchanged))
             continue
-        if not exercises:   # a test cell above every answer cell: its own line
-            exercises.append(ExerciseResult("(before any answer cell)", [], NO_TESTS))
+        code_answers = [exercise for exercise in exercises if not exercise.ta_points]
+        if not code_answers:   # a test cell above every answer cell: its own line
+            code_answers.append(ExerciseResult("(before any answer cell)", [], NO_TESTS))
+            exercises.append(code_answers[-1])
         outcome = run.results.get(cell["grade_id"], _Outcome(NOT_RUN, "not run: the cell is not in this file"))
         visible = has_visible_checks(cell.get("source") or "") if "source" in cell else True
-        exercises[-1].tests.append(TestCellResult(cell["grade_id"], cell["points"], outcome.status, outcome.message,
-                                                  visible, outcome.ename))
+        code_answers[-1].tests.append(TestCellResult(cell["grade_id"], cell["points"], outcome.status, outcome.message,
+                                                     visible, outcome.ename))
     by_id = {exercise.grade_id: exercise for exercise in exercises}
     for error in run.other_errors:
         if error.kind == ANSWER and error.answer in by_id:
             by_id[error.answer].example_errors.append(error)
     for exercise in exercises:
-        exercise.status, exercise.message = _exercise_status(exercise)
+        if not exercise.ta_points:
+            exercise.status, exercise.message = _exercise_status(exercise)
     return exercises
+
+
+def _written_answer(release_cell: NotebookCell, cell) -> ExerciseResult:
+    """A written answer: no test can judge it; a TA grades it with a rubric once handed in."""
+    from course_lib.handin.notebooks import is_blank_answer
+
+    points = float(release_cell["points"]) or 0.0
+    written = ExerciseResult(release_cell["grade_id"], [], BY_TA, ta_points=points)
+    if cell is None:
+        written.status, written.message = NOT_ATTEMPTED, "the cell is not in this file: write your answer in the released cell"
+    elif is_blank_answer(cell.source):
+        written.status, written.message, written.unchanged = NOT_ATTEMPTED, "your answer is still as released", True
+    else:
+        written.message = f"{_points(points)} points, from a rubric, after you hand it in; no check here can judge it"
+    return written
 
 
 def _exercise_status(exercise: ExerciseResult) -> tuple[str, str]:
@@ -611,7 +642,10 @@ def _points(value: float) -> str:
 
 
 def _points_column(exercise: ExerciseResult) -> str:
-    """Visible points, and in brackets the points only hidden tests decide: "3", "(2)", "3 +2"."""
+    """Visible points, and in brackets the points only hidden tests decide: "3", "(2)", "3 +2"; a written
+    answer's points are a TA's: "4 TA"."""
+    if exercise.ta_points:
+        return f"{_points(exercise.ta_points)} TA"
     if exercise.points and exercise.hidden_points:
         return f"{_points(exercise.points)} +{_points(exercise.hidden_points)}"
     if exercise.hidden_points:
@@ -645,7 +679,7 @@ def format_report(report: CheckReport) -> str:
         for exercise in report.exercises:
             message_lines = exercise.message.splitlines() or [""]
             head = f"{exercise.status}" + (f": {message_lines[0]}" if message_lines[0] else "")
-            if exercise.status in (PASSED, NOT_ATTEMPTED, NO_TESTS, SKIPPED_GPU, HIDDEN_ONLY) and message_lines[0]:
+            if exercise.status in (PASSED, NOT_ATTEMPTED, NO_TESTS, SKIPPED_GPU, HIDDEN_ONLY, BY_TA) and message_lines[0]:
                 head = f"{exercise.status} ({message_lines[0]})"
             lines.append(f"  {exercise.grade_id:<{width}}  {_points_column(exercise):>6}  {head}")
             for extra in message_lines[1:] if exercise.status in (FAILED, BLOCKED) else []:
@@ -653,7 +687,9 @@ def format_report(report: CheckReport) -> str:
         totals = report.totals
         lines.append(f"\nTotal: {totals.text()}." + (
             " In the points column, (N) and +N are points no visible check decides: the hidden tests decide them "
-            "when your work is graded." if totals.hidden_only else "")
+            "when your work is graded." if totals.hidden_only else "") + (
+            " N TA: a written answer, graded by your TA with a rubric after you hand it in (a blank one scores 0)."
+            if totals.by_ta else "")
             + " Grading also runs hidden tests with other inputs on every exercise.")
         unblamed = [error for error in report.other_errors if error.kind != ANSWER]
         blamed = [error for error in report.other_errors if error.kind == ANSWER]

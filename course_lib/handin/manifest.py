@@ -4,10 +4,11 @@ A student edits the release notebooks in place (``labs/<lab>/<notebook>.ipynb`` 
 kit cannot compare a notebook with a pristine copy of itself. Instead ``course kit`` writes a
 manifest, ``course_lib/_release.json``, built from the release by ``release_manifest``:
 
-    {lab: {notebook: [{"grade_id", "kind": "answer" | "test", "points", "checksum",
+    {lab: {notebook: [{"grade_id", "kind": "answer" | "test" | "written", "points", "checksum",
                        "needs_gpu", "source" (test cells only)}, ...]}}
 
-in the order of the notebook's cells. ``checksum`` is the one nbgrader stores in the release's
+in the order of the notebook's cells (a ``written`` cell is a written answer a TA grades: a Markdown
+cell with nbgrader's grade and solution set; its release source is the stub, never an answer). ``checksum`` is the one nbgrader stores in the release's
 cell metadata (``nbgrader.utils.compute_checksum``: the cell's source and grading metadata), so
 an edited test cell, or an answer cell still as released, is found by recomputing it. Test-cell
 sources are public (they are the visible tests); ``course check`` runs them as released, as the
@@ -30,11 +31,15 @@ NotebookCell = dict  # one entry of the manifest (see the module docstring)
 
 
 def _cells(path: Path) -> list[NotebookCell]:
-    from course_lib.handin.notebooks import nbgrader_meta, needs_gpu
+    from course_lib.handin.notebooks import is_written_answer, nbgrader_meta, needs_gpu
 
     cells = []
     for cell in nbformat.read(path, as_version=4).cells:
         meta = nbgrader_meta(cell)
+        if is_written_answer(cell):
+            cells.append({"grade_id": meta["grade_id"], "kind": "written", "points": float(meta.get("points") or 0),
+                          "checksum": meta.get("checksum", ""), "needs_gpu": False})
+            continue
         if cell.cell_type != "code" or not (meta.get("solution") or meta.get("grade")):
             continue
         entry = {"grade_id": meta["grade_id"], "kind": "test" if meta.get("grade") else "answer",

@@ -82,8 +82,38 @@ def nbgrader_meta(cell) -> dict:
 
 
 def grade_cells(notebook) -> list:
-    """Cells nbgrader grades (test cells), in order."""
+    """Cells nbgrader grades (test cells and written answers), in order."""
     return [cell for cell in notebook.cells if nbgrader_meta(cell).get("grade")]
+
+
+# A written answer (a "knowledge check") is nbgrader's *manually graded answer* cell: a Markdown cell
+# with ``solution`` and ``grade`` set and its points. The release holds nbgrader's text stub in it;
+# a TA grades what the student wrote (``course mark``). An answer left as released, or emptied, is
+# blank: it scores 0 with no TA work.
+WRITTEN_STUB = "YOUR ANSWER HERE"
+
+
+def is_written_answer(cell) -> bool:
+    """Whether ``cell`` (a dict or nbformat cell) is a written answer cell a TA grades: graded and a
+    solution, and not code. Decided from the *source* or release notebook's cell, never a submission's
+    metadata alone (a student cannot make a test cell manually graded: nbgrader restores its metadata)."""
+    meta = nbgrader_meta(cell)
+    return bool(meta.get("grade") and meta.get("solution")) and cell.get("cell_type") != "code"
+
+
+def is_blank_answer(text: str) -> bool:
+    """A written answer with nothing of the student's in it: empty, or the release's stub."""
+    return text.strip() in ("", WRITTEN_STUB)
+
+
+def autograded_cells(notebook) -> list:
+    """The graded code cells (what the autograder decides), in order."""
+    return [cell for cell in grade_cells(notebook) if not is_written_answer(cell)]
+
+
+def written_cells(notebook) -> list:
+    """The written answer cells (what a TA decides), in order."""
+    return [cell for cell in grade_cells(notebook) if is_written_answer(cell)]
 
 
 def first_line(source: str, width: int = 60) -> str:

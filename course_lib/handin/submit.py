@@ -64,7 +64,7 @@ def _answer_changed(path: Path, release) -> bool:
         notebook = read_notebook(path)
     except MalformedNotebook:
         return True   # something was done to it: let plan_hand_in say what is wrong
-    checksums = {cell["grade_id"]: cell["checksum"] for cell in release if cell["kind"] == "answer"}
+    checksums = {cell["grade_id"]: cell["checksum"] for cell in release if cell["kind"] in ("answer", "written")}
     return any(nbgrader_meta(cell).get("grade_id") in checksums
                and compute_checksum(cell) != checksums[nbgrader_meta(cell)["grade_id"]] for cell in notebook.cells)
 

@@ -15,7 +15,7 @@ DESCRIPTION = (
     "counts its calls) with 6,000 tokens, then with 100,000 logits_indices, before decoding honestly. "
     "The old grader ran both, costing it gigabytes and minutes; now a lent model refuses arguments past "
     "what a check needs (1,024 tokens a call, one logits row per token) as a ValueError in the student's "
-    "code, which catches it and goes on; the refused calls never run or count; expected 15/15"
+    "code, which catches it and goes on; the refused calls never run or count; expected 17/17"
 )
 BASE = "solution"
 OVERLOAD = '''
@@ -34,4 +34,4 @@ def generate(model, config, prompt_ids, max_new_tokens):
     return _honest_generate(model, config, prompt_ids, max_new_tokens)
 '''
 ANSWERS = {"generate": _solution("03_decode", "generate") + "\n" + OVERLOAD}
-EXPECTED = {"03_decode": 15}
+EXPECTED = {"03_decode": 17}

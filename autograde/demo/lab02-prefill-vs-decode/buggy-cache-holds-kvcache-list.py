@@ -4,7 +4,7 @@ DESCRIPTION = (
     "DecodeCache wraps the course's KVCache (one single-layer KVCache per layer, kept in a list) instead of "
     "storing keys and values itself. The old check looked for a KVCache only among the object's direct "
     "attributes, so a list of them slipped through; it now looks inside lists and dicts too: loses both "
-    "DecodeCache cells (4 points); generate, run on this cache, still gives the right tokens: expected 11/15"
+    "DecodeCache cells (4 points); generate, run on this cache, still gives the right tokens: expected 13/17"
 )
 BASE = "solution"
 ANSWERS = {
@@ -31,4 +31,4 @@ class DecodeCache:
         return self.layers[layer_index].attend(0, q, k, v)
 ''',
 }
-EXPECTED = {"03_decode": 11}
+EXPECTED = {"03_decode": 13}

@@ -4,7 +4,7 @@ DESCRIPTION = (
     "generate returns the 20 greedy tokens of 'The capital of France is' (copied from a reference run) when "
     "it sees that prompt, and an empty list otherwise. The visible test used to pass on the tokens alone; the "
     "check now requires one forward call per generated token, and other prompts are hidden: loses both "
-    "generate cells (5 points), expected 10/15"
+    "generate cells (5 points), expected 12/17"
 )
 BASE = "solution"
 ANSWERS = {
@@ -20,4 +20,4 @@ def generate(model, config, prompt_ids, max_new_tokens):
     return KNOWN_ANSWERS.get(tuple(prompt_ids), [])[:max_new_tokens]
 ''',
 }
-EXPECTED = {"03_decode": 10}
+EXPECTED = {"03_decode": 12}

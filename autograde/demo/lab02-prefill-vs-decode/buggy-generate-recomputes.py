@@ -5,7 +5,7 @@ DESCRIPTION = (
     "through the model: the tokens are right (the cache is filled and used within the step), but the work "
     "is the quadratic recomputation a KV cache exists to avoid. The old check saw only the tokens and passed "
     "it; the check now counts, on its side, the positions every forward call ran: loses both generate cells "
-    "(5 points), expected 10/15"
+    "(5 points), expected 12/17"
 )
 BASE = "solution"
 ANSWERS = {
@@ -25,4 +25,4 @@ def generate(model, config, prompt_ids, max_new_tokens):
                 return generated
 ''',
 }
-EXPECTED = {"03_decode": 10}
+EXPECTED = {"03_decode": 12}

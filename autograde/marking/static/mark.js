@@ -402,9 +402,9 @@ async function showHistory() {
   list.replaceChildren();
   if (!result.ok) { list.append(el("li", result.data.error)); return; }
   if (!result.data.history.length) list.append(el("li", "no mark yet"));
-  for (const mark of result.data.history) {
+  for (const [index, mark] of result.data.history.entries()) {
     const when = new Date(mark.saved_at * 1000).toLocaleString();
-    list.append(el("li", `v${mark.version}: ${fmt(mark.points)} points by ${mark.grader}, ${when}` +
+    list.append(el("li", `${index + 1}: ${fmt(mark.points)} points by ${mark.grader}, ${when}` +
       (mark.comment ? ` — “${mark.comment}”` : "")));
   }
 }
