@@ -480,23 +480,31 @@ def _write_kit(root: Path, folder: Path, plan: KitPlan) -> int:
     leaks = find_leaks(folder, package_dir=root / "course_lib", solutions_dir=root / "solutions",
                        locked=plan.locked, release_dir=root / "labs")
     if leaks:
-        shown = "\n  ".join(map(str, leaks[:20])) + (f"\n  ... and {len(leaks) - 20} more" if len(leaks) > 20 else "")
         raise GradingError(
-            f"refused: the kit would contain answers of locked exercises ({len(leaks)} place{'s' if len(leaks) > 1 else ''}), so nothing was "
+            f"refused: the kit would contain answers of locked exercises ({_places(leaks)}), so nothing was "
             f"written. In the library: mark the code with @exercise or move it out of the platform. In a notebook: "
             f"a worked example must not be an exercise's answer (change one of them so the exercise asks for "
             f"something the example does not show), and a later chapter uses an earlier chapter's answers through "
             f"course_lib.chapters.answers_from, never a copy (see CONTRIBUTING.md, \"What a kit may contain\").\n  "
-            f"{shown}")
+            f"{_listed(leaks)}")
     written = written_answer_leaks(root, folder)
     if written:
-        shown = "\n  ".join(map(str, written[:20])) + (f"\n  ... and {len(written) - 20} more" if len(written) > 20 else "")
         raise GradingError(
             f"refused: the kit would contain the model answer, rubric or TA notes of a written question "
-            f"({len(written)} place{'s' if len(written) > 1 else ''}), so nothing was written. They belong in "
+            f"({_places(written)}), so nothing was written. They belong in "
             f"solutions/ (the answer cell's source, which the release replaces) and autograde/knowledge/ only.\n  "
-            f"{shown}")
+            f"{_listed(written)}")
     return len(stubbed)
+
+
+def _places(found: list) -> str:
+    return f"{len(found)} place{'s' if len(found) > 1 else ''}"
+
+
+def _listed(found: list, most: int = 20) -> str:
+    """The first ``most`` places of a refusal, one per line, and how many more."""
+    more = f"\n  ... and {len(found) - most} more" if len(found) > most else ""
+    return "\n  ".join(map(str, found[:most])) + more
 
 
 def written_answer_leaks(root: Path, folder: Path) -> list:
