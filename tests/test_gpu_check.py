@@ -15,6 +15,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
 
@@ -125,3 +127,15 @@ def test_every_step_runs_under_the_test_hook_and_the_table_comes_last(tmp_path):
     assert "| passed |" in engine and engine.count("the same 4 tokens") == 3, engine
     assert (out / "paged_attention_gpu.md").exists() and (out / "lab03_kernels_gpu.md").exists()
     assert result.returncode == 1   # skipped steps are not passed ones
+
+
+def test_the_grader_limits_probe_refuses_on_a_cpu_in_one_line():
+    """benchmarks/grader_limits_gpu.py (CUDA under the grader's data limit) runs only where there is a GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the probe runs instead of refusing (benchmarks/RESULTS.md)")
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "grader_limits_gpu.py")], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip().count("\n") == 0 and "refused: this machine has no CUDA GPU" in done.stderr
