@@ -23,7 +23,7 @@ COMMANDS = {
     "check": "Run a notebook's visible tests in a fresh kernel and say whether it is ready to hand in.",
     "submit": "Pack your notebooks for handing in: <student>/<lab>/<notebook>.ipynb, as a folder or a zip.",
     "chat": "Chat with SmolLM2 in the terminal through the course's own engine.",
-    "bench": "Run a benchmark (engine, kernel, bpe, decoding) and print its table.",
+    "bench": "Run a benchmark (engine, kernel, bpe, decoding, view) and print its table.",
     "serve": "Serve SmolLM2 over an OpenAI-compatible HTTP API (streaming, metrics, replicas behind a router).",
     "loadtest": "Load-test a server on this machine: open-loop Poisson arrivals, latency percentiles, goodput.",
 }

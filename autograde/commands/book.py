@@ -171,7 +171,7 @@ def _written_questions_section(lab: Lab) -> list[str]:
     if not found:
         return []
     lines = ["## Written questions", "",
-             "Besides its code, each chapter below asks a question answered in words, in the cell under it. A TA "
+             "Besides its code, most chapters below ask questions answered in words, each in the cell under it. A TA "
              "grades each answer with a rubric (criteria with points and partial credit) after the lab is handed "
              "in; the feedback shows the criteria met and the TA's comment once the instructor releases the marks "
              "(the {doc}`/instructor-guide` says how they are graded).", ""]
