@@ -16,10 +16,11 @@ from course_lib.handin.notebooks import nbgrader_meta
 
 
 def answer_sources(solution_notebook: Path) -> dict[str, str]:
-    """{answer grade_id: reference answer source, SOLUTION markers removed} in notebook order."""
+    """{answer grade_id: reference answer source, SOLUTION markers removed} in notebook order: the code
+    answers (a written question's Markdown answer is a TA's, not code to run)."""
     notebook = nbformat.read(solution_notebook, as_version=4)
     return {nbgrader_meta(cell)["grade_id"]: solution_answer(cell.source)
-            for cell in notebook.cells if nbgrader_meta(cell).get("solution")}
+            for cell in notebook.cells if nbgrader_meta(cell).get("solution") and cell.cell_type == "code"}
 
 
 def hidden_region(solution_notebook: Path, grade_id: str) -> str:
