@@ -167,12 +167,25 @@ def instructor_markdown(source: Path) -> set[str]:
 def reviewable_notebook(data: bytes, instructor: set[str]) -> bytes:
     """An autograded notebook (its bytes) as ``OUT/autograded/`` keeps it for formgrader: sanitized like a
     feedback page (``sanitize_notebook``), test cells and hidden tests kept, and when each cell ran; a file
-    that is no notebook becomes an empty one."""
+    that is no notebook becomes an empty one. A written answer's own words are kept beside their
+    text-only rendering, in the cell's metadata (``ANSWER_KEY``), for ``course mark``: no notebook
+    template renders metadata."""
     try:
         notebook = nbformat.reads(data.decode("utf-8"), as_version=4)
     except (UnicodeDecodeError, ValueError):
         notebook = nbformat.v4.new_notebook()
-    return nbformat.writes(sanitize_notebook(notebook, instructor, keep_timing=True)).encode("utf-8")
+    return nbformat.writes(sanitize_notebook(notebook, instructor, keep_timing=True,
+                                             keep_answers=True)).encode("utf-8")
+
+
+ANSWER_KEY = "course_answer"   # cell metadata: {"source", "cell_type", "attachments"} of a written answer as written
+
+
+def _written_answer(cell) -> dict:
+    """What ``course mark`` needs of a written answer cell that the sanitizer shows as text."""
+    attachments = cell.get("attachments")
+    return {"source": clip(str(cell.source), MAX_SOURCE_BYTES, "text"), "cell_type": cell.cell_type,
+            "attachments": len(attachments) if isinstance(attachments, dict) else 0}
 
 
 class SanitizeFeedback(NbGraderPreprocessor):
@@ -182,10 +195,11 @@ class SanitizeFeedback(NbGraderPreprocessor):
         return sanitize_notebook(nb, _instructor_markdown(resources)), resources
 
 
-def sanitize_notebook(nb, instructor: set[str], *, keep_timing: bool = False):
+def sanitize_notebook(nb, instructor: set[str], *, keep_timing: bool = False, keep_answers: bool = False):
     """``nb`` with only what renders as text or a plain image (module docstring); ``instructor``: the Markdown
     of the instructor's notebook, the only Markdown rendered as such. ``keep_timing``: keep when each cell
-    ran (the grader's ``execution`` timestamps, plain text that no template renders)."""
+    ran (the grader's ``execution`` timestamps, plain text that no template renders). ``keep_answers``: keep
+    each written answer's own words in its metadata (``ANSWER_KEY``), for the TAs' page."""
     cells = []
     for cell in nb.cells:
         metadata = _clean_metadata(cell.get("metadata", {}))
@@ -206,6 +220,9 @@ def sanitize_notebook(nb, instructor: set[str], *, keep_timing: bool = False):
         else:
             note = "text from the notebook, shown as written" if cell.cell_type == "markdown" \
                 else f"a {cell.cell_type} cell, shown as written"
+            nbgrader = metadata.get("nbgrader", {})
+            if keep_answers and nbgrader.get("grade") and nbgrader.get("solution"):
+                metadata[ANSWER_KEY] = _written_answer(cell)
             new = nbformat.v4.new_markdown_cell(_as_text_block(clip(str(cell.source), MAX_SOURCE_BYTES, "text"), note),
                                                 metadata=metadata)
         if "id" in cell:

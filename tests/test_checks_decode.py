@@ -36,7 +36,7 @@ def _answer_sources() -> dict[str, str]:
     return {
         cell.metadata["nbgrader"]["grade_id"]: SOLUTION_MARKER.sub("", cell.source)
         for cell in _cells()
-        if cell.metadata.get("nbgrader", {}).get("solution")
+        if cell.metadata.get("nbgrader", {}).get("solution") and cell.cell_type == "code"
     }
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from autograde.demos import DEMO_SPECS, DEMO_SUBMISSIONS, load_demo_students
 from autograde.layout import list_labs
-from course_lib.handin.notebooks import grade_cells, nbgrader_meta
+from course_lib.handin.notebooks import autograded_cells, grade_cells, nbgrader_meta
 
 ROOT = Path(__file__).resolve().parent.parent
 LABS = list_labs(ROOT / "solutions")
@@ -70,7 +70,7 @@ def test_every_answer_is_graded_by_a_visible_and_a_hidden_test(path):
     notebook = nbformat.read(path, as_version=4)
     answers = [nbgrader_meta(c)["grade_id"] for c in notebook.cells
                if nbgrader_meta(c).get("solution") and c.cell_type == "code"]
-    tests = [c for c in grade_cells(notebook)]
+    tests = autograded_cells(notebook)   # a written answer is a TA's, not a test cell
     assert answers and tests
     assert any("BEGIN HIDDEN TESTS" in c.source for c in tests), f"{path.name} has no hidden tests"
     for cell in tests:

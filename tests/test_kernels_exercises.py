@@ -33,7 +33,7 @@ def _answer_cells():
     cells = {}
     for path in sorted((ROOT / "solutions" / LAB).glob("*.ipynb")):
         notebook = nbformat.read(path, as_version=4)
-        cells[path.stem] = {nbgrader_meta(c)["grade_id"] for c in notebook.cells if nbgrader_meta(c).get("solution")}
+        cells[path.stem] = {nbgrader_meta(c)["grade_id"] for c in notebook.cells if nbgrader_meta(c).get("solution") and c.cell_type == "code"}
     return cells
 
 

@@ -198,13 +198,13 @@ def test_the_numeric_knowledge_check_is_an_autograded_exercise_with_a_helpful_hi
 
     checks.check_kv_cache_bytes_mha(student, 32, 5120, 4096, 2)
     checks.check_kv_cache_bytes_mha(student, 24, 2048, 1000, 0.5)
-    checks.check_kv_cache_bytes_mha_rejects_negative(student)
+    checks.check_kv_cache_bytes_mha_rejects_negative(student, 32, 4096, -1, 2)
     with pytest.raises(CheckFailed, match="count the values as well as the keys"):
         checks.check_kv_cache_bytes_mha(keys_only, 32, 5120, 1, 2)
     with pytest.raises(CheckFailed, match="that is bits"):
         checks.check_kv_cache_bytes_mha(in_bits, 32, 5120, 1, 2)
     with pytest.raises(CheckFailed, match="ValueError"):
-        checks.check_kv_cache_bytes_mha_rejects_negative(keys_only)
+        checks.check_kv_cache_bytes_mha_rejects_negative(keys_only, 32, 4096, -1, 2)
     cells = {nbgrader_meta(cell).get("grade_id"): cell for cell in _solution_cells("lab02-prefill-vs-decode", "03_decode")}
     assert {"kv_cache_bytes_mha", "test_kv_cache_bytes_mha_visible", "test_kv_cache_bytes_mha_hidden"} <= set(cells)
     assert "### BEGIN HIDDEN TESTS" in "".join(cells["test_kv_cache_bytes_mha_hidden"]["source"])

@@ -25,6 +25,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from autograde.feedback import ANSWER_KEY
 from course_lib.handin.notebooks import SAFE_ID, is_blank_answer
 
 ANSWERED, BLANK, MISSING, UNREADABLE = "answered", "blank", "missing", "unreadable"
@@ -70,15 +71,29 @@ def read_answer(out_dir: Path, lab: str, student: str, notebook: str, grade_id: 
                  and (cell.get("metadata") or {}).get("nbgrader", {}).get("grade_id") == grade_id), None)
     if cell is None:
         return Answer(**base, status=MISSING)
+    cell = _as_written(cell)
     source = cell.get("source", "")
     text = "".join(source) if isinstance(source, list) else str(source)
     kind = cell.get("cell_type") if cell.get("cell_type") in ("markdown", "code", "raw") else "markdown"
     attachments = len(cell.get("attachments") or {}) if isinstance(cell.get("attachments"), dict) else 0
+    attachments = cell.get("attachment_count", attachments)
     if _is_blank(cell, text):
         return Answer(**base, status=BLANK, cell_type=kind)
     shown = text[:MAX_ANSWER_CHARS]
     return Answer(**base, status=ANSWERED, text=shown, truncated_chars=len(text) - len(shown), cell_type=kind,
                   attachments=attachments)
+
+
+def _as_written(cell: dict) -> dict:
+    """The answer cell as the student wrote it. The graded notebooks are kept sanitized for formgrader
+    (``feedback.reviewable_notebook``): a Markdown answer is shown there as a text block, its own words
+    kept in the cell's metadata, which this reads back."""
+    kept = (cell.get("metadata") or {}).get(ANSWER_KEY)
+    if not isinstance(kept, dict) or not isinstance(kept.get("source"), str):
+        return cell
+    attachments = kept.get("attachments")
+    return {**cell, "source": kept["source"], "cell_type": kept.get("cell_type", "markdown"),
+            "attachment_count": attachments if isinstance(attachments, int) and attachments >= 0 else 0}
 
 
 def _is_blank(cell: dict, text: str) -> bool:

@@ -400,10 +400,14 @@ def check_kv_cache_bytes_mha(student_fn: Callable, num_layers: int, hidden_size:
 
 
 @recorded_check
-def check_kv_cache_bytes_mha_rejects_negative(student_fn: Callable) -> None:
+def check_kv_cache_bytes_mha_rejects_negative(student_fn: Callable, num_layers: int, hidden_size: int,
+                                              num_tokens: int, bytes_per_element: float) -> None:
     """A negative ``num_tokens`` must raise ValueError (the documented type) naming the argument."""
     require_own_implementation(student_fn, "kv_cache_bytes_mha")
-    expect_raises(student_fn, "kv_cache_bytes_mha(32, 4096, num_tokens=-1, 2)", ValueError, 32, 4096, -1, 2,
+    if num_tokens >= 0:
+        raise ValueError(f"num_tokens must be negative for this check, got {num_tokens}")
+    expect_raises(student_fn, f"kv_cache_bytes_mha({num_layers}, {hidden_size}, num_tokens={num_tokens}, "
+                  f"{bytes_per_element:g})", ValueError, num_layers, hidden_size, num_tokens, bytes_per_element,
                   message_names=("num_tokens",),
                   hint="check num_tokens first and raise ValueError naming it and its allowed range (>= 0).")
 
