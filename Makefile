@@ -31,8 +31,8 @@ demo-all: setup
 	$(COURSE) export $(DEMO_OUT)-all --format canvas --out $(DEMO_OUT)-all/canvas.csv
 
 # make test is what CI runs (under 20 minutes on 2 cores): every unit and property test, the
-# grader against hostile submissions, every lab's kit and one chapter of each lab through the term
-# (tests/test_term.py). make test-full adds every chapter of every lab through the term; make
+# grader against hostile submissions, every lab's kit and one chapter of Labs 0.1, 0.3 and 0.5 through
+# the term (tests/test_term.py). make test-full adds every chapter of every lab through the term; make
 # demo-all grades every demo student against its spec. Both take an hour or more on 2 cores.
 test: setup
 	OMP_NUM_THREADS=1 $(PYTHON) -m pytest -n 2 --dist loadfile --no-loadscope-reorder

@@ -344,4 +344,4 @@ def test_course_check_from_a_cell_reports_on_the_saved_notebook(paging):
     assert re.search(r"04_paging: its \d+ code cells ran in a fresh kernel in [0-9.]+ s; none raised", output), output
     assert re.search(r"block_allocator\s+11\s+(passed|failed)", output), output
     assert "The file to hand in? yes" in output and "ok   test cells: all 6 as released" in output, output
-    assert "CheckReport(04_paging.ipynb: visible: 11 of 11 points; ready to hand in: yes)" in output and "ExerciseResult(" not in output
+    assert "CheckReport(04_paging.ipynb: visible: 11 of 11 points; 4 points are graded by your TA; ready to hand in: yes)" in output and "ExerciseResult(" not in output
