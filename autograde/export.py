@@ -75,7 +75,8 @@ def awaiting_notes(finals: list[FinalGrade], *, partial: bool) -> list[str]:
                 if partial else "their cells are left empty (Canvas: not graded yet); --partial writes the "
                 "scores without those answers")
         notes.append(f"{lab}: {answers} written answer{'s' if answers > 1 else ''} of {len(pending)} student"
-                     f"{'s' if len(pending) > 1 else ''} await a TA (course mark OUT --lab {lab}); {what}")
+                     f"{'s' if len(pending) > 1 else ''} {'await' if answers > 1 else 'awaits'} a TA "
+                     f"(course mark OUT --lab {lab}); {what}")
     return notes
 
 
